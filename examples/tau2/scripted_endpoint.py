@@ -1,0 +1,245 @@
+"""A scripted OpenAI-compatible chat server for tests, benchmarks and offline smoke runs.
+
+No model: each reply is computed from the request, so any number of episodes can run against one
+server. The policy learns which tau2 task it is playing from the `X-Tau2-Task` header the workflow
+sends with every request ("<domain>/<task_id>", URL-quoted).
+
+Policies (the request's `model`, optionally `@<ms>` for added latency, e.g. `oracle@200`):
+  oracle        replays the task's ground-truth actions; asks the user to run user-side actions with
+                `PLEASE_RUN {json}`, then states the task's communicate info and `DONE_ALL`.
+  noop          never acts; says it cannot help.
+  badjson       a tool call whose arguments are not JSON.
+  rawtoolcall   `<tool_call>` text the server could not parse (as AReaL's proxy returns it).
+  empty         no content, no tool calls.
+  huge          a reply cut at the token limit (finish_reason "length").
+  unknowntool   calls a tool that does not exist, then behaves like oracle.
+  usertool      calls a user-side tool (telecom) as the agent, then behaves like oracle.
+  think         calls `think` once per turn before behaving like oracle.
+  error500      HTTP 500 on every request.
+  flaky<N>      HTTP 503 on the first N requests of each episode, then oracle.
+  hang          never answers (until the client gives up).
+User simulators:
+  user          scripted: greets, runs PLEASE_RUN tool calls, stops on DONE_ALL or a refusal.
+  user-error500 / user-flaky<N> / user-hang / user-empty   failure modes of the above.
+
+Run: `python -m examples.tau2.scripted_endpoint --port 8000` (OpenAI base URL: http://127.0.0.1:8000/v1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import json
+import re
+import threading
+import time
+import urllib.parse
+import uuid
+from typing import Any
+
+from aiohttp import web
+
+from examples.tau2 import tau2_domain
+from examples.tau2.tau2_agent import EPISODE_HEADER, TASK_HEADER
+
+PLEASE_RUN = "PLEASE_RUN "
+DONE_ALL = "DONE_ALL"
+REFUSAL = "Sorry, I cannot help with that. Goodbye."
+
+
+def _completion(model: str, content: str | None = None, tool_calls: list[dict] | None = None,
+                finish_reason: str | None = None) -> dict[str, Any]:
+    calls = [
+        {"id": f"call_{uuid.uuid4().hex[:12]}", "type": "function",
+         "function": {"name": c["name"], "arguments": c["arguments"]
+                      if isinstance(c["arguments"], str) else json.dumps(c["arguments"])}}
+        for c in tool_calls or []
+    ]
+    return {
+        "id": f"chatcmpl-{uuid.uuid4().hex}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [{
+            "index": 0,
+            "message": {"role": "assistant", "content": content, "tool_calls": calls or None},
+            "finish_reason": finish_reason or ("tool_calls" if calls else "stop"),
+        }],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+    }
+
+
+def _task_from_header(request: web.Request):
+    raw = request.headers.get(TASK_HEADER)
+    if not raw:
+        return None
+    domain, _, task_id = urllib.parse.unquote(raw).partition("/")
+    return tau2_domain.get_task(domain, task_id)
+
+
+def _emitted_actions(messages: list[dict]) -> int:
+    n = 0
+    for m in messages:
+        if m.get("role") != "assistant":
+            continue
+        calls = [c for c in m.get("tool_calls") or [] if c["function"]["name"] != "think"]
+        if calls:
+            n += len(calls)
+        elif (m.get("content") or "").startswith(PLEASE_RUN):
+            n += 1
+    return n
+
+
+def oracle_reply(task, messages: list[dict], tool_names: set[str]) -> dict[str, Any]:
+    """Next turn of the ground-truth policy: one action per turn, then the closing statement."""
+    solo = "done" in tool_names
+    actions = list(task.evaluation_criteria.actions or []) if task.evaluation_criteria else []
+    i = _emitted_actions(messages)
+    if i < len(actions):
+        a = actions[i]
+        if a.requestor == "assistant" or solo:
+            return {"tool_calls": [{"name": a.name, "arguments": a.arguments}]}
+        return {"content": PLEASE_RUN + json.dumps({"name": a.name, "arguments": a.arguments})}
+    if solo:
+        return {"tool_calls": [{"name": "done", "arguments": {}}]}
+    info = task.evaluation_criteria.communicate_info if task.evaluation_criteria else []
+    return {"content": " ".join([DONE_ALL, *(info or [])])}
+
+
+def scripted_user_reply(messages: list[dict]) -> dict[str, Any]:
+    """The scripted user. Sees tau2's flipped view: the agent's text arrives as role `user`."""
+    last = messages[-1] if messages else {}
+    if last.get("role") == "tool":
+        return {"content": "I did that. What next?"}
+    text = last.get("content") or "" if last.get("role") == "user" else ""
+    if not any(m.get("role") == "assistant" for m in messages):
+        return {"content": "Hi, I need help with my request."}
+    if text.startswith(PLEASE_RUN):
+        call = json.loads(text[len(PLEASE_RUN):])
+        return {"tool_calls": [{"name": call["name"], "arguments": call["arguments"]}]}
+    if DONE_ALL in text or "Goodbye" in text:
+        return {"content": "Thanks, that is all. ###STOP###"}
+    if sum(m.get("role") == "assistant" for m in messages) > 30:
+        return {"content": "###STOP###"}
+    return {"content": "Okay, please go on."}
+
+
+class ScriptedEndpoint:
+    """The aiohttp app plus per-episode counters for the flaky modes."""
+
+    def __init__(self) -> None:
+        self.requests = collections.Counter()  # model -> count
+        self._per_episode: collections.Counter[tuple[str, str]] = collections.Counter()
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        for path in ("/v1/chat/completions", "/chat/completions"):
+            app.router.add_post(path, self.chat)
+        app.router.add_get("/health", lambda _: web.json_response({"status": "ok"}))
+        return app
+
+    async def chat(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        model, _, delay = str(body.get("model", "")).partition("@")
+        self.requests[model] += 1
+        if delay:
+            await asyncio.sleep(float(delay) / 1000.0)
+        messages = body.get("messages", [])
+        tool_names = {t["function"]["name"] for t in body.get("tools") or []}
+        episode = request.headers.get(EPISODE_HEADER, "")
+        flaky = re.fullmatch(r"(user-)?flaky(\d+)", model)
+        if flaky:
+            self._per_episode[(model, episode)] += 1
+            if self._per_episode[(model, episode)] <= int(flaky.group(2)):
+                return web.json_response({"error": {"message": "flaky"}}, status=503)
+            model = "user" if flaky.group(1) else "oracle"
+        if model in ("error500", "user-error500"):
+            return web.json_response({"error": {"message": "scripted failure"}}, status=500)
+        if model in ("hang", "user-hang"):
+            await asyncio.sleep(3600)
+        if model == "user":
+            return web.json_response(_completion(model, **scripted_user_reply(messages)))
+        if model == "user-empty":
+            return web.json_response(_completion(model, content=""))
+        return web.json_response(self._policy(model, request, messages, tool_names))
+
+    def _policy(self, model: str, request: web.Request, messages: list[dict],
+                tool_names: set[str]) -> dict[str, Any]:
+        if model == "noop":
+            return _completion(model, content=REFUSAL)
+        if model == "badjson":
+            return _completion(model, tool_calls=[{"name": next(iter(sorted(tool_names)), "x"),
+                                                   "arguments": '{"user_id": '}])
+        if model == "rawtoolcall":
+            return _completion(model, content='<tool_call>\n{"name": "x", "arguments": {\n</tool_call>')
+        if model == "empty":
+            return _completion(model, content="")
+        if model == "huge":
+            return _completion(model, content="blah " * 5000, finish_reason="length")
+        called = [c["function"]["name"] for m in messages if m.get("role") == "assistant"
+                  for c in m.get("tool_calls") or []]
+        if model == "unknowntool" and "no_such_tool" not in called:
+            return _completion(model, tool_calls=[{"name": "no_such_tool", "arguments": {}}])
+        if model == "usertool" and "toggle_airplane_mode" not in called:
+            return _completion(model, tool_calls=[{"name": "toggle_airplane_mode", "arguments": {}}])
+        if model == "think" and not (messages[-1].get("role") == "tool" and called
+                                     and called[-1] == "think"):
+            return _completion(model, tool_calls=[{"name": "think",
+                                                   "arguments": {"thought": "Check the policy."}}])
+        task = _task_from_header(request)
+        if task is None:
+            return _completion(model, content=REFUSAL)
+        return _completion(model, **oracle_reply(task, messages, tool_names))
+
+
+class EndpointThread:
+    """Runs a ScriptedEndpoint on 127.0.0.1 in a background thread (for tests)."""
+
+    def __init__(self, port: int = 0):
+        self.endpoint = ScriptedEndpoint()
+        self._port = port
+        self._loop = asyncio.new_event_loop()
+        self._started = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True, name="scripted-endpoint")
+        self.port = 0
+
+    def _serve(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        runner = web.AppRunner(self.endpoint.app(), access_log=None)
+        self._loop.run_until_complete(runner.setup())
+        site = web.TCPSite(runner, "127.0.0.1", self._port)
+        self._loop.run_until_complete(site.start())
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self._runner = runner
+        self._started.set()
+        self._loop.run_forever()
+        self._loop.run_until_complete(runner.cleanup())
+
+    def __enter__(self) -> EndpointThread:
+        self._thread.start()
+        if not self._started.wait(30):
+            raise RuntimeError("scripted endpoint did not start")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    args = parser.parse_args()
+    web.run_app(ScriptedEndpoint().app(), host=args.host, port=args.port, access_log=None,
+                print=lambda *_: print(f"scripted endpoint on http://{args.host}:{args.port}/v1",
+                                       flush=True))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,531 @@
+"""`Tau2AgentWorkflow`: one tau2-bench episode as an AReaL 1.0.4 agent workflow.
+
+tau2's own `Orchestrator` runs the episode unchanged, in a worker thread (tau2 has no async API).
+Only the two LLM calls are replaced: the agent's and the user simulator's `generate_next_message`
+hand their request to the event loop (`_LoopBridge`), where it goes out through the `http_client`
+AReaL passes (so AReaL's proxy records the policy's tokens) or through the user endpoint's client.
+The event loop never blocks on tau2; threads only wait on those futures. tau2's evaluator scores
+every finished episode; infrastructure failures raise `EpisodeRejected` so AReaL drops the episode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import os
+import threading
+import time
+import traceback
+import urllib.parse
+import uuid
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+import httpx
+from tau2.agent.llm_agent import LLMAgent, LLMAgentState, LLMSoloAgent
+from tau2.data_model.message import (
+    AssistantMessage,
+    Message,
+    MultiToolMessage,
+    ToolCall,
+    ToolMessage,
+    UserMessage,
+)
+from tau2.data_model.simulation import SimulationRun, TerminationReason
+from tau2.environment.tool import Tool, as_tool
+from tau2.orchestrator.orchestrator import Orchestrator
+from tau2.user.base import UserState
+from tau2.user.user_simulator import DummyUser, UserSimulator
+from tau2.utils.utils import get_now
+
+from examples.tau2 import tau2_domain
+from examples.tau2.tau2_dump import write_episode_dump
+from examples.tau2.tau2_llm import ChatEndpoint, InvalidOutput, parse_reply, to_openai_messages
+from examples.tau2.tau2_utils import (
+    EpisodeRejected,
+    EpisodeResult,
+    RejectReason,
+    TaskRef,
+    Tau2EnvConfig,
+    Termination,
+    configure_tau2_logging,
+    logger,
+    shape_reward,
+    strip_reasoning,
+)
+
+T = TypeVar("T")
+
+THINK_TOOL_NAME = "think"
+TASK_HEADER = "X-Tau2-Task"
+EPISODE_HEADER = "X-Tau2-Episode"
+MAX_THINK_CALLS_PER_TURN = 4
+
+# Rejections by reason in this process; eval reports them, training logs them as stats.
+REJECTIONS: collections.Counter[str] = collections.Counter()
+
+
+def think(thought: str) -> str:
+    """Use this tool to think through the request or the policy before acting. It changes nothing
+    and obtains no new information; the thought is only logged.
+
+    Args:
+        thought: Your reasoning.
+    """
+    return "Your thought has been logged."
+
+
+class _Cancelled(Exception):
+    """The episode was abandoned (timeout); unwinds the orchestrator thread."""
+
+
+class _LoopBridge:
+    """Runs coroutines on the episode's event loop from tau2's orchestrator thread."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.loop = loop
+        self.cancelled = threading.Event()
+        self._pending: set[concurrent.futures.Future[Any]] = set()
+        self._lock = threading.Lock()
+
+    def call(self, coro: Coroutine[Any, Any, T]) -> T:
+        if self.cancelled.is_set():
+            coro.close()
+            raise _Cancelled()
+        fut = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        with self._lock:
+            self._pending.add(fut)
+        try:
+            return fut.result()
+        except concurrent.futures.CancelledError:
+            raise _Cancelled() from None
+        finally:
+            with self._lock:
+                self._pending.discard(fut)
+
+    def cancel(self) -> None:
+        self.cancelled.set()
+        with self._lock:
+            for fut in list(self._pending):
+                fut.cancel()
+
+
+class _EpisodeStats:
+    def __init__(self) -> None:
+        self.agent_turns = 0
+        self.tool_calls = 0
+        self.invalid_tool_calls = 0
+        self.agent_latency_s = 0.0
+        self.user_latency_s = 0.0
+
+
+class _PolicyTurn:
+    """The policy side of one turn, shared by the conversational and the solo agent."""
+
+    def __init__(
+        self,
+        endpoint: ChatEndpoint,
+        bridge: _LoopBridge,
+        stats: _EpisodeStats,
+        config: Tau2EnvConfig,
+        tools: list[Tool],
+        valid_tool_names: set[str],
+    ):
+        self.endpoint = endpoint
+        self.bridge = bridge
+        self.stats = stats
+        self.config = config
+        self.schemas = [t.openai_schema for t in tools]
+        self.valid_tool_names = valid_tool_names
+
+    def generate(
+        self, state: LLMAgentState, tool_choice: str | None = None
+    ) -> AssistantMessage:
+        sampling: dict[str, Any] = {
+            "temperature": self.config.temperature,
+            "top_p": self.config.top_p,
+            "max_completion_tokens": self.config.max_completion_tokens,
+        }
+        if tool_choice:
+            sampling["tool_choice"] = tool_choice
+        for _ in range(MAX_THINK_CALLS_PER_TURN + 1):
+            messages = to_openai_messages(state.system_messages + state.messages)
+            completion, latency = self.bridge.call(
+                self.endpoint.complete(messages, self.schemas, **sampling)
+            )
+            self.stats.agent_turns += 1
+            self.stats.agent_latency_s += latency
+            reply = parse_reply(completion)
+            thoughts = [c for c in reply.tool_calls if c.name == THINK_TOOL_NAME]
+            if not (self.config.enable_think_tool and thoughts):
+                break
+            actions = [c for c in reply.tool_calls if c.name != THINK_TOOL_NAME]
+            if actions:  # thoughts next to real actions: keep the actions, drop the thoughts
+                reply.tool_calls = actions
+                break
+            # Only thoughts: answer them inside the agent and ask the policy again.
+            state.messages.append(
+                AssistantMessage(role="assistant", content=reply.content, tool_calls=thoughts, cost=0.0)
+            )
+            for c in thoughts:
+                state.messages.append(
+                    ToolMessage(id=c.id, role="tool", requestor="assistant",
+                                content=think(**c.arguments) if "thought" in c.arguments else
+                                "Error: think needs a 'thought' argument")
+                )
+        else:
+            raise InvalidOutput(
+                Termination.INVALID_OUTPUT,
+                f"more than {MAX_THINK_CALLS_PER_TURN} think calls in one turn",
+                reply.raw_text,
+            )
+        self.stats.tool_calls += len(reply.tool_calls)
+        self.stats.invalid_tool_calls += sum(
+            c.name not in self.valid_tool_names for c in reply.tool_calls
+        )
+        return AssistantMessage(
+            role="assistant",
+            content=reply.content if not reply.tool_calls else (reply.content or None),
+            tool_calls=reply.tool_calls or None,
+            cost=0.0,
+            raw_data={"completion_id": reply.completion_id, "finish_reason": reply.finish_reason},
+        )
+
+
+def _append_incoming(state: LLMAgentState | UserState, message: Message | None) -> None:
+    if isinstance(message, MultiToolMessage):
+        state.messages.extend(message.tool_messages)
+    elif message is not None:
+        state.messages.append(message)
+
+
+class _ProxyAgent(LLMAgent):
+    """tau2's LLMAgent with its LLM call sent through the policy endpoint."""
+
+    def __init__(self, turn: _PolicyTurn, tools: list[Tool], domain_policy: str):
+        super().__init__(tools=tools, domain_policy=domain_policy, llm="policy")
+        self.turn = turn
+
+    def generate_next_message(self, message, state):  # type: ignore[override]
+        _append_incoming(state, message)
+        assistant = self.turn.generate(state)
+        state.messages.append(assistant)
+        return assistant, state
+
+    def set_seed(self, seed: int) -> None:  # seeds go to the user simulator; the proxy drops them
+        pass
+
+
+class _ProxySoloAgent(LLMSoloAgent):
+    """tau2's LLMSoloAgent (no user; must call tools; `done` ends) through the policy endpoint."""
+
+    def __init__(self, turn: _PolicyTurn, tools: list[Tool], domain_policy: str, task):
+        super().__init__(tools=tools, domain_policy=domain_policy, task=task, llm="policy")
+        self.turn = turn
+        turn.schemas = [t.openai_schema for t in self.tools]  # tau2 appended its `done` tool
+        turn.valid_tool_names.add(self.STOP_FUNCTION_NAME)
+
+    def generate_next_message(self, message, state):  # type: ignore[override]
+        if isinstance(message, UserMessage):
+            raise ValueError("LLMSoloAgent does not support user messages.")
+        _append_incoming(state, message)
+        assistant = self.turn.generate(state, tool_choice="required")
+        if not assistant.is_tool_call():
+            raise InvalidOutput(
+                Termination.INVALID_OUTPUT, "solo agent replied with text instead of a tool call",
+                assistant.content or "",
+            )
+        assistant = self._check_if_stop_toolcall(assistant)
+        state.messages.append(assistant)
+        return assistant, state
+
+    def set_seed(self, seed: int) -> None:
+        pass
+
+
+class _BridgedUser(UserSimulator):
+    """tau2's UserSimulator (its prompts and role flipping) with its LLM call via our endpoint."""
+
+    def __init__(self, endpoint: ChatEndpoint, bridge: _LoopBridge, stats: _EpisodeStats,
+                 config: Tau2EnvConfig, tools: list[Tool] | None, instructions: str):
+        super().__init__(tools=tools, instructions=instructions, llm=config.user_model,
+                         llm_args=dict(config.user_llm_args))
+        self.endpoint = endpoint
+        self.bridge = bridge
+        self.stats = stats
+        self.retries = config.llm_retries
+        self.schemas = [t.openai_schema for t in tools] if tools else None
+
+    def set_seed(self, seed: int) -> None:
+        self.llm_args["seed"] = seed
+
+    def generate_next_message(self, message, state):  # type: ignore[override]
+        _append_incoming(state, message)
+        messages = to_openai_messages(state.system_messages + state.flip_roles())
+        problem = ""
+        for _ in range(self.retries + 1):
+            completion, latency = self.bridge.call(
+                self.endpoint.complete(messages, self.schemas, **self.llm_args)
+            )
+            self.stats.user_latency_s += latency
+            try:
+                reply = parse_reply(completion)
+                break
+            except InvalidOutput as e:  # the user model misbehaved: not the policy's fault
+                problem = e.detail
+        else:
+            raise EpisodeRejected(RejectReason.USER_INVALID_OUTPUT, problem)
+        user_message = UserMessage(
+            role="user",
+            content=strip_reasoning(reply.content),
+            tool_calls=[
+                ToolCall(id=c.id, name=c.name, arguments=c.arguments, requestor="user")
+                for c in reply.tool_calls
+            ] or None,
+            cost=0.0,
+        )
+        state.messages.append(user_message)
+        return user_message, state
+
+
+def _simulation_from(orch: Orchestrator, termination: TerminationReason, start: float,
+                     start_time: str, extra: list[Message]) -> SimulationRun:
+    """A SimulationRun for an episode tau2's `run()` did not finish itself (invalid policy output)."""
+    return SimulationRun(
+        id=str(uuid.uuid4()),
+        task_id=orch.task.id,
+        start_time=start_time,
+        end_time=get_now(),
+        duration=time.perf_counter() - start,
+        termination_reason=termination.value,
+        reward_info=None,
+        agent_cost=0.0,
+        user_cost=0.0,
+        messages=orch.get_trajectory() + extra,
+        seed=orch.seed,
+    )
+
+
+_TERMINATIONS = {
+    TerminationReason.AGENT_STOP: Termination.AGENT_STOP,
+    TerminationReason.USER_STOP: Termination.USER_STOP,
+    TerminationReason.MAX_STEPS: Termination.MAX_STEPS,
+    TerminationReason.TOO_MANY_ERRORS: Termination.TOO_MANY_ERRORS,
+    TerminationReason.AGENT_ERROR: Termination.INVALID_OUTPUT,
+}
+
+_executors: dict[int, concurrent.futures.ThreadPoolExecutor] = {}
+_executors_lock = threading.Lock()
+
+
+def _episode_executor(max_workers: int) -> concurrent.futures.ThreadPoolExecutor:
+    """One pool per size per process. The default executor has only cpu+4 threads."""
+    with _executors_lock:
+        if max_workers not in _executors:
+            _executors[max_workers] = concurrent.futures.ThreadPoolExecutor(
+                max_workers=max_workers, thread_name_prefix="tau2-episode"
+            )
+        return _executors[max_workers]
+
+
+class Tau2AgentWorkflow:
+    """AReaL agent workflow: `await run(data, base_url=, api_key=, http_client=)` -> reward.
+
+    `data` is a dataset row `{"domain", "task_id", "split"?, "seed"?}`; kwargs are `Tau2EnvConfig`
+    fields. One instance serves a whole GRPO group concurrently, so `run` keeps no state on `self`
+    besides the per-event-loop HTTP client of the user simulator.
+    """
+
+    def __init__(self, **kwargs: Any):
+        self.config = Tau2EnvConfig.from_kwargs(kwargs)
+        configure_tau2_logging(self.config.tau2_log_level)
+        self._clients: dict[int, httpx.AsyncClient] = {}
+
+    async def run(self, data: dict[str, Any], **extra: Any) -> float:
+        """AReaL's entry point. Returns a float reward; raises EpisodeRejected to reject."""
+        try:
+            result = await self.run_episode(
+                data,
+                base_url=extra["base_url"],
+                api_key=extra.get("api_key") or "EMPTY",
+                http_client=extra.get("http_client"),
+            )
+        except EpisodeRejected as e:
+            _log_stats({f"rejected/{e.reason.value}": 1.0})
+            raise
+        _log_stats(result.metrics())
+        return result.reward
+
+    async def run_episode(
+        self,
+        data: dict[str, Any],
+        *,
+        base_url: str,
+        api_key: str,
+        http_client: httpx.AsyncClient | None = None,
+    ) -> EpisodeResult:
+        """Run one episode and score it with tau2. Used by `run` and by evaluation."""
+        ref = TaskRef.from_data(data)
+        cfg = self.config
+        loop = asyncio.get_running_loop()
+        client = http_client or self._own_client()
+        policy = ChatEndpoint(
+            base_url=base_url, api_key=api_key, model=cfg.agent_model, http_client=client,
+            reject_reason=RejectReason.POLICY_ENDPOINT, request_timeout_s=cfg.request_timeout_s,
+            retries=cfg.llm_retries, backoff_s=cfg.retry_backoff_s,
+        )
+        user = None
+        if not cfg.solo_mode:
+            user = ChatEndpoint(
+                base_url=cfg.user_base_url, api_key=os.environ.get(cfg.user_api_key_env) or "EMPTY",
+                model=cfg.user_model, http_client=self._own_client(),
+                reject_reason=RejectReason.USER_ENDPOINT, request_timeout_s=cfg.request_timeout_s,
+                retries=cfg.llm_retries, backoff_s=cfg.retry_backoff_s,
+            )
+        headers = {
+            TASK_HEADER: urllib.parse.quote(f"{ref.domain}/{ref.task_id}", safe="/"),
+            EPISODE_HEADER: uuid.uuid4().hex,
+        }
+        for endpoint in (policy, user):
+            if endpoint is not None:
+                endpoint.headers = headers
+        bridge = _LoopBridge(loop)
+        seed = data.get("seed")
+        job = loop.run_in_executor(
+            _episode_executor(cfg.max_concurrent_episodes),
+            _run_episode_sync, ref, cfg, policy, user, bridge,
+            int(seed) if seed is not None else None,
+        )
+        try:
+            result = await asyncio.wait_for(job, timeout=cfg.episode_timeout_s)
+        except TimeoutError:
+            bridge.cancel()
+            _count_rejection(RejectReason.TIMEOUT)
+            raise EpisodeRejected(
+                RejectReason.TIMEOUT, f"{ref.domain}/{ref.task_id} exceeded {cfg.episode_timeout_s}s"
+            ) from None
+        except asyncio.CancelledError:
+            bridge.cancel()
+            raise
+        except EpisodeRejected as e:
+            _count_rejection(e.reason)
+            raise
+        except Exception as e:
+            _count_rejection(RejectReason.INTERNAL)
+            logger.error("tau2 episode %s/%s crashed:\n%s", ref.domain, ref.task_id,
+                         traceback.format_exc())
+            raise EpisodeRejected(RejectReason.INTERNAL, f"{type(e).__name__}: {e}") from e
+        if cfg.dump_dir:
+            result.dump_path = str(write_episode_dump(cfg.dump_dir, result))
+        logger.info("tau2 %s/%s reward=%.3f termination=%s turns=%d", ref.domain, ref.task_id,
+                    result.reward, result.termination.value, result.num_agent_turns)
+        return result
+
+    def _own_client(self) -> httpx.AsyncClient:
+        key = id(asyncio.get_running_loop())
+        if key not in self._clients:
+            self._clients[key] = httpx.AsyncClient(
+                timeout=self.config.request_timeout_s,
+                limits=httpx.Limits(max_connections=4096, max_keepalive_connections=1024),
+            )
+        return self._clients[key]
+
+    async def aclose(self) -> None:
+        """Close the clients this workflow created (never the one AReaL passed in)."""
+        for c in self._clients.values():
+            await c.aclose()
+        self._clients.clear()
+
+
+def _run_episode_sync(
+    ref: TaskRef,
+    cfg: Tau2EnvConfig,
+    policy: ChatEndpoint,
+    user_endpoint: ChatEndpoint | None,
+    bridge: _LoopBridge,
+    seed: int | None,
+) -> EpisodeResult:
+    """The orchestrator thread: build tau2's objects, run tau2's Orchestrator, evaluate."""
+    start, start_time = time.perf_counter(), get_now()
+    task = tau2_domain.get_task(ref.domain, ref.task_id)
+    env = tau2_domain.make_environment(ref.domain, solo_mode=cfg.solo_mode)
+    stats = _EpisodeStats()
+    agent_tools = env.get_tools()
+    user_tools = env.get_user_tools() if env.user_tools else []
+    extra_tools = [as_tool(think)] if cfg.enable_think_tool else []
+    if cfg.solo_mode:
+        tools = agent_tools + user_tools
+        turn = _PolicyTurn(policy, bridge, stats, cfg, tools + extra_tools, {t.name for t in tools})
+        agent = _ProxySoloAgent(turn, tools + extra_tools, env.get_policy(), task)
+        user: UserSimulator = DummyUser()
+    else:
+        assert user_endpoint is not None
+        turn = _PolicyTurn(policy, bridge, stats, cfg, agent_tools + extra_tools,
+                           {t.name for t in agent_tools})
+        agent = _ProxyAgent(turn, agent_tools + extra_tools, env.get_policy())
+        user = _BridgedUser(user_endpoint, bridge, stats, cfg, user_tools or None,
+                            str(task.user_scenario))
+    orch = Orchestrator(
+        domain=ref.domain, agent=agent, user=user, environment=env, task=task,
+        max_steps=cfg.max_steps, max_errors=cfg.max_errors, seed=seed, solo_mode=cfg.solo_mode,
+    )
+    invalid: InvalidOutput | None = None
+    try:
+        simulation = orch.run()
+    except InvalidOutput as e:
+        invalid = e
+        extra = [AssistantMessage(role="assistant", content=e.raw_text, cost=0.0)] if e.raw_text else []
+        simulation = _simulation_from(orch, TerminationReason.AGENT_ERROR, start, start_time, extra)
+    except _Cancelled:
+        raise EpisodeRejected(RejectReason.TIMEOUT, "episode cancelled") from None
+    run_s = time.perf_counter() - start
+    reward_info = tau2_domain.evaluate(simulation, task, ref.domain, cfg.solo_mode)
+    eval_s = time.perf_counter() - start - run_s
+    breakdown = {str(getattr(k, "value", k)): float(v)
+                 for k, v in (reward_info.reward_breakdown or {}).items()}
+    termination = invalid.termination if invalid else _TERMINATIONS.get(
+        simulation.termination_reason, Termination.INVALID_OUTPUT
+    )
+    had_invalid = invalid is not None or stats.invalid_tool_calls > 0
+    return EpisodeResult(
+        domain=ref.domain,
+        task_id=ref.task_id,
+        reward=shape_reward(
+            reward_info.reward, breakdown,
+            partial_credit_alpha=cfg.partial_credit_alpha,
+            invalid_format_penalty=cfg.invalid_format_penalty,
+            had_invalid_output=had_invalid,
+        ),
+        tau2_reward=float(reward_info.reward),
+        reward_breakdown=breakdown,
+        termination=termination,
+        num_agent_turns=stats.agent_turns,
+        num_tool_calls=stats.tool_calls,
+        num_invalid_tool_calls=stats.invalid_tool_calls + (invalid is not None),
+        agent_latency_s=stats.agent_latency_s,
+        user_latency_s=stats.user_latency_s,
+        wall_s=time.perf_counter() - start,
+        eval_s=eval_s,
+        messages=[m.model_dump(mode="json", exclude={"raw_data"}) for m in simulation.messages],
+        note=invalid.detail if invalid else "",
+    )
+
+
+def _count_rejection(reason: RejectReason) -> None:
+    REJECTIONS[reason.value] += 1
+
+
+def _log_stats(values: dict[str, float]) -> None:
+    """Record per-episode scalars in AReaL's stats tracker (under rollout/ or eval-rollout/)."""
+    try:
+        from areal.infra import workflow_context
+        from areal.utils import stats_tracker
+    except ImportError:  # evaluation outside AReaL
+        return
+    try:
+        stats_tracker.get(workflow_context.stat_scope()).scalar(
+            **{f"tau2/{k}": v for k, v in values.items()}
+        )
+    except Exception as e:  # not inside an AReaL rollout: nothing to record into
+        logger.debug("stats not recorded: %s", e)

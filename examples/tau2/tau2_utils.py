@@ -1,0 +1,305 @@
+"""Small typed core shared by the workflow, training entry and evaluation.
+
+`Tau2EnvConfig` is the `econfig` section of the training config and the kwargs of the workflow;
+`EpisodeResult` is what one episode produces; the two enums name every way an episode can end.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import logging
+import os
+import re
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# litellm (imported by tau2.registry) fetches a remote model-cost map at import time and retries for
+# ~10 s when there is no network. The local copy it ships is enough for us.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+logger = logging.getLogger("tau2_areal")
+
+DOMAINS = ("airline", "retail", "telecom", "mock")
+SOLO_DOMAINS = ("telecom", "mock")  # tau2 raises for solo mode on airline and retail
+
+
+class Termination(enum.StrEnum):
+    """How a scored episode ended. Every value is scored by tau2's evaluator."""
+
+    AGENT_STOP = "agent_stop"
+    """The agent ended the conversation (tau2: agent_stop)."""
+    USER_STOP = "user_stop"
+    """The user simulator ended it: satisfied, transferred or out of scope (tau2: user_stop)."""
+    MAX_STEPS = "max_steps"
+    """tau2's step budget (`max_steps`) ran out; tau2 scores this 0."""
+    TOO_MANY_ERRORS = "too_many_errors"
+    """`max_errors` tool calls failed; tau2 scores this 0."""
+    INVALID_OUTPUT = "invalid_output"
+    """The policy produced something that is not a valid turn: unparseable tool-call JSON, a tool
+    call left as raw text, an empty reply, or (solo mode) plain text. The episode ends there and tau2
+    scores it as an agent error (0); `invalid_format_penalty` is subtracted."""
+    TRUNCATED = "truncated"
+    """The policy hit its token limit mid-reply. Ends and is scored like INVALID_OUTPUT."""
+
+
+class RejectReason(enum.StrEnum):
+    """Why an episode was rejected (raised, never scored): failures of infrastructure, not policy."""
+
+    POLICY_ENDPOINT = "policy_endpoint"
+    """The policy endpoint (AReaL proxy, SGLang, vLLM, OpenAI) kept failing after retries."""
+    USER_ENDPOINT = "user_endpoint"
+    """The user-simulator endpoint kept failing (5xx, timeout, refused) after retries."""
+    USER_INVALID_OUTPUT = "user_invalid_output"
+    """The user simulator kept returning empty replies or unparseable tool calls."""
+    TIMEOUT = "timeout"
+    """The whole episode ran past `episode_timeout_s`."""
+    INTERNAL = "internal"
+    """tau2 or this code raised unexpectedly (a bug: the traceback is logged)."""
+
+
+class EpisodeRejected(RuntimeError):
+    """Raised out of `Tau2AgentWorkflow.run` so that AReaL rejects the episode (and its group)."""
+
+    def __init__(self, reason: RejectReason, detail: str):
+        super().__init__(f"tau2 episode rejected ({reason.value}): {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+@dataclass
+class Tau2EnvConfig:
+    """Everything one tau2 episode needs besides the task and the policy endpoint.
+
+    Travels to AReaL's rollout workers as `workflow_kwargs`, so it holds plain values only.
+    """
+
+    max_steps: int = 100
+    """tau2 orchestrator step budget (messages + tool results), as in `tau2 run`."""
+    max_errors: int = 10
+    """Failed tool calls after which tau2 ends the episode."""
+    solo_mode: bool = False
+    """No user simulator: the agent works the task's ticket alone (telecom and mock only)."""
+
+    user_base_url: str = ""
+    """OpenAI-compatible base URL of the user simulator, e.g. http://host:30000/v1. Unused in solo mode."""
+    user_model: str = ""
+    """Model name sent to the user-simulator endpoint."""
+    user_api_key_env: str = "TAU2_USER_API_KEY"
+    """Name of the environment variable holding the user endpoint's key (unset: "EMPTY")."""
+    user_llm_args: dict[str, Any] = field(default_factory=lambda: {"temperature": 0.0})
+    """Sampling args for the user simulator (temperature, top_p, max_completion_tokens, seed...)."""
+
+    agent_model: str = "default"
+    """Model name sent to the policy endpoint (AReaL's proxy ignores it; SGLang/vLLM/OpenAI need it)."""
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_completion_tokens: int = 1024
+    """Per-turn token limit for the policy. Always sent: AReaL's proxy otherwise uses 512."""
+    enable_think_tool: bool = False
+    """Offer the policy a `think(thought)` tool; thoughts stay inside the agent, tau2 never sees them."""
+
+    invalid_format_penalty: float = 0.0
+    """Subtracted from the reward when the policy emitted any invalid tool call or invalid turn."""
+    partial_credit_alpha: float = 0.0
+    """reward = (1-a) * tau2_reward + a * mean(tau2 reward breakdown). 0 keeps tau2's exact reward."""
+
+    episode_timeout_s: float = 1800.0
+    """Wall-clock budget of one episode; past it the episode is rejected (never scored)."""
+    request_timeout_s: float = 300.0
+    """Timeout of one LLM request (policy or user)."""
+    llm_retries: int = 3
+    """Retries of a failed LLM request (5xx, 429, timeout, refused), with exponential backoff."""
+    retry_backoff_s: float = 1.0
+    """First backoff; doubles per retry (capped at 30 s)."""
+    max_concurrent_episodes: int = 512
+    """Threads per process that run tau2's synchronous orchestrator; more episodes wait for one."""
+
+    dump_dir: str = ""
+    """Directory for per-episode dumps (JSON + readable text). Empty: no dumps."""
+    tau2_log_level: str = "ERROR"
+    """Level for tau2's own (loguru) logs; they are DEBUG and ~800 lines per episode by default."""
+
+    def __post_init__(self) -> None:
+        errors = self.validate()
+        if errors:
+            raise ValueError("invalid tau2 episode config: " + "; ".join(errors))
+
+    def validate(self) -> list[str]:
+        """Every problem with this config, each as one sentence."""
+        errors = []
+        if self.max_steps <= 0 or self.max_errors <= 0:
+            errors.append("max_steps and max_errors must be positive")
+        if not self.solo_mode and not (self.user_base_url and self.user_model):
+            errors.append(
+                "user_base_url and user_model must be set for the user simulator "
+                "(or set solo_mode: true on telecom/mock)"
+            )
+        if not 0.0 <= self.partial_credit_alpha <= 1.0:
+            errors.append(f"partial_credit_alpha must be in [0, 1], got {self.partial_credit_alpha}")
+        if self.invalid_format_penalty < 0:
+            errors.append(f"invalid_format_penalty must be >= 0, got {self.invalid_format_penalty}")
+        if self.max_completion_tokens <= 0:
+            errors.append("max_completion_tokens must be positive")
+        if self.episode_timeout_s <= 0 or self.request_timeout_s <= 0:
+            errors.append("episode_timeout_s and request_timeout_s must be positive")
+        if self.llm_retries < 0 or self.retry_backoff_s < 0:
+            errors.append("llm_retries and retry_backoff_s must be >= 0")
+        if self.max_concurrent_episodes <= 0:
+            errors.append("max_concurrent_episodes must be positive")
+        if self.tau2_log_level.upper() not in ("TRACE", "DEBUG", "INFO", "SUCCESS", "WARNING",
+                                               "ERROR", "CRITICAL", "OFF"):
+            errors.append(f"tau2_log_level {self.tau2_log_level!r} is not a loguru level or OFF")
+        return errors
+
+    @classmethod
+    def from_kwargs(cls, kwargs: dict[str, Any]) -> Tau2EnvConfig:
+        """Build from workflow kwargs, naming unknown keys instead of ignoring them."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(kwargs) - names)
+        if unknown:
+            raise ValueError(f"unknown tau2 episode config keys: {', '.join(unknown)}")
+        return cls(**kwargs)
+
+    def to_kwargs(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class TaskRef:
+    """One tau2 task, as carried by a dataset row."""
+
+    domain: str
+    task_id: str
+    split: str | None = None
+
+    @classmethod
+    def from_data(cls, data: dict[str, Any]) -> TaskRef:
+        try:
+            domain, task_id = str(data["domain"]), str(data["task_id"])
+        except KeyError as e:
+            raise ValueError(f"dataset row needs 'domain' and 'task_id', got keys {sorted(data)}") from e
+        if domain not in DOMAINS:
+            raise ValueError(f"unknown tau2 domain {domain!r}; known: {', '.join(DOMAINS)}")
+        return cls(domain, task_id, data.get("split"))
+
+
+@dataclass
+class EpisodeResult:
+    """What one scored episode produced. `reward` is what goes to AReaL."""
+
+    domain: str
+    task_id: str
+    reward: float
+    tau2_reward: float
+    reward_breakdown: dict[str, float]
+    termination: Termination
+    num_agent_turns: int
+    num_tool_calls: int
+    num_invalid_tool_calls: int
+    agent_latency_s: float
+    user_latency_s: float
+    wall_s: float
+    eval_s: float
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    note: str = ""
+    dump_path: str = ""
+
+    def metrics(self) -> dict[str, float]:
+        """Scalars for AReaL's stats tracker (one value per episode)."""
+        out = {
+            "tau2_reward": self.tau2_reward,
+            "shaped_reward": self.reward,
+            "num_agent_turns": float(self.num_agent_turns),
+            "num_tool_calls": float(self.num_tool_calls),
+            "num_invalid_tool_calls": float(self.num_invalid_tool_calls),
+            "agent_latency_s": self.agent_latency_s,
+            "user_latency_s": self.user_latency_s,
+            "wall_s": self.wall_s,
+            "eval_s": self.eval_s,
+        }
+        for t in Termination:
+            out[f"termination/{t.value}"] = float(self.termination is t)
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["termination"] = self.termination.value
+        return d
+
+
+def shape_reward(
+    tau2_reward: float,
+    breakdown: dict[str, float],
+    *,
+    partial_credit_alpha: float,
+    invalid_format_penalty: float,
+    had_invalid_output: bool,
+) -> float:
+    """tau2's reward, optionally blended with its breakdown, minus a format penalty."""
+    reward = float(tau2_reward)
+    if partial_credit_alpha > 0.0 and breakdown:
+        partial = sum(breakdown.values()) / len(breakdown)
+        reward = (1.0 - partial_credit_alpha) * reward + partial_credit_alpha * partial
+    if had_invalid_output:
+        reward -= invalid_format_penalty
+    return float(reward)
+
+
+_THINK_RE = re.compile(r"<think>.*?</think>\s*", re.DOTALL)
+
+
+def strip_reasoning(text: str | None) -> str | None:
+    """Remove `<think>...</think>` blocks (AReaL's proxy returns them inside `content`)."""
+    if text is None:
+        return None
+    stripped = _THINK_RE.sub("", text)
+    if "</think>" in stripped:  # template opened <think> in the prompt: only the closing tag is generated
+        stripped = stripped.split("</think>", 1)[1]
+    return stripped.strip()
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write a file so that readers never see it half-written."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def dump_json(path: Path, obj: Any) -> None:
+    write_atomic(path, json.dumps(obj, indent=2, ensure_ascii=False, default=str))
+
+
+_configured_level: str | None = None
+
+
+def configure_tau2_logging(level: str = "ERROR") -> None:
+    """Route tau2's loguru output to stderr at `level` ("OFF" silences it). Idempotent.
+
+    tau2 logs at DEBUG by default (~800 lines per episode). This replaces loguru's default handler;
+    it is the one place this project touches tau2's logging.
+    """
+    global _configured_level
+    level = level.upper()
+    if _configured_level == level:
+        return
+    from loguru import logger as loguru_logger
+
+    loguru_logger.remove()
+    if level != "OFF":
+        loguru_logger.add(sys.stderr, level=level)
+    _configured_level = level
+
+
+# Quiet tau2 before it is first imported (its registry logs ~30 DEBUG lines at import time).
+configure_tau2_logging(os.environ.get("TAU2_LOG_LEVEL", "ERROR"))
