@@ -20,6 +20,8 @@ Policies (the request's `model`, optionally `@<ms>` for added latency, e.g. `ora
   hang          never answers (until the client gives up).
 User simulators:
   user          scripted: greets, runs PLEASE_RUN tool calls, stops on DONE_ALL or a refusal.
+  user-scenario like `user`, but opens with the task's own instructions (read from the user
+                simulator's system prompt), so a policy can tell tasks apart without an LLM user.
   user-error500 / user-flaky<N> / user-hang / user-empty   failure modes of the above.
 
 Run: `python -m examples.tau2.scripted_endpoint --port 8000` (OpenAI base URL: http://127.0.0.1:8000/v1).
@@ -36,6 +38,7 @@ import threading
 import time
 import urllib.parse
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
@@ -79,11 +82,15 @@ def _task_from_header(request: web.Request):
 
 
 def _emitted_actions(messages: list[dict]) -> int:
+    """Ground-truth actions already taken: tool calls that did not fail, and PLEASE_RUN requests."""
+    failed = {m.get("tool_call_id") for m in messages
+              if m.get("role") == "tool" and str(m.get("content", "")).startswith("Error:")}
     n = 0
     for m in messages:
         if m.get("role") != "assistant":
             continue
-        calls = [c for c in m.get("tool_calls") or [] if c["function"]["name"] != "think"]
+        calls = [c for c in m.get("tool_calls") or []
+                 if c["function"]["name"] != "think" and c.get("id") not in failed]
         if calls:
             n += len(calls)
         elif (m.get("content") or "").startswith(PLEASE_RUN):
@@ -125,11 +132,46 @@ def scripted_user_reply(messages: list[dict]) -> dict[str, Any]:
     return {"content": "Okay, please go on."}
 
 
+@dataclass
+class RecordedRequest:
+    """One request as received, for tests that check what the workflow sends."""
+
+    model: str
+    headers: dict[str, str]
+    body: dict[str, Any]
+
+
+_SCENARIO_RE = re.compile(r"<scenario>(.*?)</scenario>", re.DOTALL)
+
+
+def scenario_opening(messages: list[dict]) -> str:
+    """The task's instructions from tau2's user-simulator system prompt, as one plain sentence block.
+
+    tau2 renders the scenario as `Persona: ... Instructions: ...` inside `<scenario>` tags; the
+    persona is dropped and whitespace collapsed, so the opening is short and deterministic.
+    """
+    system = next((m.get("content") or "" for m in messages if m.get("role") == "system"), "")
+    found = _SCENARIO_RE.search(system)
+    if not found:
+        return "Hi, I need help with my request."
+    scenario = found.group(1)
+    _, sep, instructions = scenario.partition("Instructions:")
+    return " ".join((instructions if sep else scenario).split())
+
+
+def scenario_user_reply(messages: list[dict]) -> dict[str, Any]:
+    """`user-scenario`: the first turn states the task's instructions, then the scripted user."""
+    if not any(m.get("role") == "assistant" for m in messages):
+        return {"content": scenario_opening(messages)}
+    return scripted_user_reply(messages)
+
+
 class ScriptedEndpoint:
     """The aiohttp app plus per-episode counters for the flaky modes."""
 
     def __init__(self) -> None:
         self.requests = collections.Counter()  # model -> count
+        self.recent: collections.deque[RecordedRequest] = collections.deque(maxlen=2000)
         self._per_episode: collections.Counter[tuple[str, str]] = collections.Counter()
 
     def app(self) -> web.Application:
@@ -143,6 +185,7 @@ class ScriptedEndpoint:
         body = await request.json()
         model, _, delay = str(body.get("model", "")).partition("@")
         self.requests[model] += 1
+        self.recent.append(RecordedRequest(model, dict(request.headers), body))
         if delay:
             await asyncio.sleep(float(delay) / 1000.0)
         messages = body.get("messages", [])
@@ -160,6 +203,8 @@ class ScriptedEndpoint:
             await asyncio.sleep(3600)
         if model == "user":
             return web.json_response(_completion(model, **scripted_user_reply(messages)))
+        if model == "user-scenario":
+            return web.json_response(_completion(model, **scenario_user_reply(messages)))
         if model == "user-empty":
             return web.json_response(_completion(model, content=""))
         return web.json_response(self._policy(model, request, messages, tool_names))

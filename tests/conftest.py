@@ -1,0 +1,53 @@
+"""Shared fixtures: one scripted OpenAI-compatible endpoint on 127.0.0.1 per test session."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+from examples.tau2.scripted_endpoint import EndpointThread  # noqa: E402
+from examples.tau2.tau2_agent import Tau2AgentWorkflow  # noqa: E402
+from examples.tau2.tau2_utils import EpisodeResult  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def endpoint() -> Iterator[EndpointThread]:
+    with EndpointThread() as ep:
+        yield ep
+
+
+@pytest.fixture
+def closed_port() -> int:
+    """A loopback port nothing listens on (connection refused)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def make_workflow(endpoint: EndpointThread, policy: str = "oracle", **overrides: Any) -> Tau2AgentWorkflow:
+    """A workflow against the scripted endpoint, with fast retries so failure tests stay short."""
+    kwargs: dict[str, Any] = dict(
+        user_base_url=endpoint.url, user_model="user", agent_model=policy,
+        llm_retries=2, retry_backoff_s=0.01, request_timeout_s=10.0, episode_timeout_s=120.0,
+    )
+    kwargs.update(overrides)
+    return Tau2AgentWorkflow(**kwargs)
+
+
+def run_one(wf: Tau2AgentWorkflow, endpoint: EndpointThread, domain: str, task_id: str,
+            **data: Any) -> EpisodeResult:
+    async def go() -> EpisodeResult:
+        try:
+            return await wf.run_episode({"domain": domain, "task_id": task_id, **data},
+                                        base_url=endpoint.url, api_key="sk-test-policy-key")
+        finally:
+            await wf.aclose()
+
+    return asyncio.run(go())
