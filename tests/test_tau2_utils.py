@@ -1,0 +1,88 @@
+"""Config validation, reward shaping, atomic writes, tau2 log routing."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from examples.tau2.tau2_utils import (
+    EpisodeResult,
+    TaskRef,
+    Tau2EnvConfig,
+    Termination,
+    configure_tau2_logging,
+    shape_reward,
+    write_atomic,
+)
+
+OK = dict(user_base_url="http://127.0.0.1:1/v1", user_model="u")
+
+
+@pytest.mark.parametrize("overrides,message", [
+    ({"max_steps": 0}, "max_steps and max_errors must be positive"),
+    ({"user_base_url": ""}, "user_base_url and user_model must be set"),
+    ({"partial_credit_alpha": 1.5}, "partial_credit_alpha must be in [0, 1]"),
+    ({"invalid_format_penalty": -1}, "invalid_format_penalty must be >= 0"),
+    ({"max_completion_tokens": 0}, "max_completion_tokens must be positive"),
+    ({"episode_timeout_s": 0}, "episode_timeout_s and request_timeout_s must be positive"),
+    ({"llm_retries": -1}, "llm_retries and retry_backoff_s must be >= 0"),
+    ({"max_concurrent_episodes": 0}, "max_concurrent_episodes must be positive"),
+    ({"tau2_log_level": "LOUD"}, "is not a loguru level"),
+])
+def test_each_invalid_setting_is_named(overrides, message):
+    with pytest.raises(ValueError) as info:
+        Tau2EnvConfig(**{**OK, **overrides})
+    assert message in str(info.value)
+
+
+def test_solo_mode_needs_no_user_endpoint_and_kwargs_round_trip():
+    cfg = Tau2EnvConfig(solo_mode=True)
+    assert Tau2EnvConfig.from_kwargs(cfg.to_kwargs()) == cfg
+
+
+def test_task_ref_validates_rows():
+    assert TaskRef.from_data({"domain": "retail", "task_id": 3}) == TaskRef("retail", "3")
+    with pytest.raises(ValueError, match="needs 'domain' and 'task_id'"):
+        TaskRef.from_data({"task_id": "1"})
+
+
+@pytest.mark.parametrize("alpha,penalty,invalid,expected", [
+    (0.0, 0.0, False, 0.0),
+    (0.5, 0.0, False, 0.25),
+    (1.0, 0.0, False, 0.5),
+    (0.5, 0.2, True, 0.05),
+    (0.0, 0.2, True, -0.2),
+])
+def test_shape_reward(alpha, penalty, invalid, expected):
+    got = shape_reward(0.0, {"DB": 0.0, "COMMUNICATE": 1.0}, partial_credit_alpha=alpha,
+                       invalid_format_penalty=penalty, had_invalid_output=invalid)
+    assert got == pytest.approx(expected) and type(got) is float
+
+
+def test_metrics_one_hot_termination():
+    fields = {f.name: 0 for f in dataclasses.fields(EpisodeResult)}
+    fields.update(domain="airline", task_id="1", reward=1.0, tau2_reward=1.0, reward_breakdown={},
+                  termination=Termination.USER_STOP, messages=[], note="", dump_path="")
+    m = EpisodeResult(**fields).metrics()
+    assert m["termination/user_stop"] == 1.0 and m["termination/agent_stop"] == 0.0
+
+
+def test_write_atomic_replaces_whole_file(tmp_path):
+    p = tmp_path / "a" / "b.txt"
+    write_atomic(p, "one")
+    write_atomic(p, "two")
+    assert p.read_text() == "two" and [f.name for f in p.parent.iterdir()] == ["b.txt"]
+
+
+def test_tau2_logging_is_routed_at_the_chosen_level(capfd):
+    from loguru import logger
+
+    configure_tau2_logging("WARNING")
+    logger.debug("hidden-debug")
+    logger.warning("shown-warning")
+    configure_tau2_logging("OFF")
+    logger.error("hidden-error")
+    err = capfd.readouterr().err
+    assert "shown-warning" in err and "hidden-debug" not in err and "hidden-error" not in err
+    configure_tau2_logging("ERROR")
