@@ -259,3 +259,21 @@ def test_bad_config_and_bad_rows_fail_clearly(endpoint):
         Tau2AgentWorkflow()
     with pytest.raises(ValueError, match="unknown tau2 domain"):
         run_one(make_workflow(endpoint), endpoint, "banking", "1")
+
+
+def test_retry_backoff_spaces_out_retries(endpoint):
+    start = time.monotonic()
+    _rejection(make_workflow(endpoint, "error500", llm_retries=2, retry_backoff_s=0.4), endpoint)
+    # exponential backoff: waits of about 0.4 s and 0.8 s between the three attempts
+    assert time.monotonic() - start >= 1.0
+
+
+def test_tau2_log_level_knob_routes_tau2_logs(endpoint, capfd):
+    from loguru import logger
+
+    make_workflow(endpoint, tau2_log_level="DEBUG")
+    logger.debug("tau2-debug-line")
+    make_workflow(endpoint, tau2_log_level="ERROR")
+    logger.debug("tau2-hidden-line")
+    err = capfd.readouterr().err
+    assert "tau2-debug-line" in err and "tau2-hidden-line" not in err

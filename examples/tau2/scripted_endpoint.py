@@ -18,6 +18,12 @@ Policies (the request's `model`, optionally `@<ms>` for added latency, e.g. `ora
   error500      HTTP 500 on every request.
   flaky<N>      HTTP 503 on the first N requests of each episode, then oracle.
   hang          never answers (until the client gives up).
+  route:<rules> a policy per trial. Rules `<task_id>.<seed>=<policy>` separated by `;`, the first
+                match wins, `*` matches any task or seed, no match plays `empty`; e.g.
+                `route:7.0=oracle;7.1=oracle;*.2=error500`.
+  coin<P>       oracle on about P% of trials and `empty` on the rest, by a hash of (task, seed).
+                `route:` and `coin<P>` learn the trial's seed from the user simulator's request in
+                the same episode (tau2 sends `seed` to the user only); without one they answer 400.
 User simulators:
   user          scripted: greets, runs PLEASE_RUN tool calls, stops on DONE_ALL or a refusal.
   user-scenario like `user`, but opens with the task's own instructions (read from the user
@@ -32,6 +38,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import hashlib
 import json
 import re
 import threading
@@ -49,12 +56,13 @@ from examples.tau2.tau2_agent import EPISODE_HEADER, TASK_HEADER
 PLEASE_RUN = "PLEASE_RUN "
 DONE_ALL = "DONE_ALL"
 REFUSAL = "Sorry, I cannot help with that. Goodbye."
+FAULT_ID = "fault_"  # id prefix of tool calls injected by fault modes; the oracle does not count them
 
 
 def _completion(model: str, content: str | None = None, tool_calls: list[dict] | None = None,
-                finish_reason: str | None = None) -> dict[str, Any]:
+                finish_reason: str | None = None, id_prefix: str = "call_") -> dict[str, Any]:
     calls = [
-        {"id": f"call_{uuid.uuid4().hex[:12]}", "type": "function",
+        {"id": f"{id_prefix}{uuid.uuid4().hex[:12]}", "type": "function",
          "function": {"name": c["name"], "arguments": c["arguments"]
                       if isinstance(c["arguments"], str) else json.dumps(c["arguments"])}}
         for c in tool_calls or []
@@ -82,15 +90,13 @@ def _task_from_header(request: web.Request):
 
 
 def _emitted_actions(messages: list[dict]) -> int:
-    """Ground-truth actions already taken: tool calls that did not fail, and PLEASE_RUN requests."""
-    failed = {m.get("tool_call_id") for m in messages
-              if m.get("role") == "tool" and str(m.get("content", "")).startswith("Error:")}
+    """Ground-truth actions already taken: tool calls (except injected faults) and PLEASE_RUN requests."""
     n = 0
     for m in messages:
         if m.get("role") != "assistant":
             continue
         calls = [c for c in m.get("tool_calls") or []
-                 if c["function"]["name"] != "think" and c.get("id") not in failed]
+                 if c["function"]["name"] != "think" and not str(c.get("id", "")).startswith(FAULT_ID)]
         if calls:
             n += len(calls)
         elif (m.get("content") or "").startswith(PLEASE_RUN):
@@ -166,6 +172,26 @@ def scenario_user_reply(messages: list[dict]) -> dict[str, Any]:
     return scripted_user_reply(messages)
 
 
+ROUTE_PREFIX = "route:"
+
+
+def trial_policy(model: str, task: str, seed: int) -> str:
+    """The policy a `route:` or `coin<P>` model plays in one trial (`task` is "<domain>/<task_id>")."""
+    coin = re.fullmatch(r"coin(\d+)", model)
+    if coin:
+        digest = hashlib.blake2b(f"{task}#{seed}".encode(), digest_size=8).digest()
+        return "oracle" if int.from_bytes(digest, "big") % 100 < int(coin.group(1)) else "empty"
+    task_id = task.partition("/")[2]
+    for rule in model.removeprefix(ROUTE_PREFIX).split(";"):
+        lhs, eq, policy = rule.rpartition("=")
+        rule_task, dot, rule_seed = ("*", ".", "*") if lhs == "*" else lhs.rpartition(".")
+        if not (eq and dot and policy):
+            raise ValueError(f"route rule {rule!r} is not <task_id>.<seed>=<policy>")
+        if rule_task in ("*", task_id) and rule_seed in ("*", str(seed)):
+            return policy
+    return "empty"
+
+
 class ScriptedEndpoint:
     """The aiohttp app plus per-episode counters for the flaky modes."""
 
@@ -173,6 +199,7 @@ class ScriptedEndpoint:
         self.requests = collections.Counter()  # model -> count
         self.recent: collections.deque[RecordedRequest] = collections.deque(maxlen=2000)
         self._per_episode: collections.Counter[tuple[str, str]] = collections.Counter()
+        self._seeds: dict[str, int] = {}  # episode id -> the seed its user-simulator requests carry
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -191,6 +218,18 @@ class ScriptedEndpoint:
         messages = body.get("messages", [])
         tool_names = {t["function"]["name"] for t in body.get("tools") or []}
         episode = request.headers.get(EPISODE_HEADER, "")
+        if body.get("seed") is not None and episode:
+            self._seeds[episode] = int(body["seed"])
+        if model.startswith(ROUTE_PREFIX) or re.fullmatch(r"coin\d+", model):
+            seed = self._seeds.get(episode)
+            if seed is None:
+                return web.json_response(
+                    {"error": {"message": f"{model!r} needs a user-simulator request with a seed first"}},
+                    status=400)
+            try:
+                model = trial_policy(model, urllib.parse.unquote(request.headers.get(TASK_HEADER, "")), seed)
+            except ValueError as e:
+                return web.json_response({"error": {"message": str(e)}}, status=400)
         flaky = re.fullmatch(r"(user-)?flaky(\d+)", model)
         if flaky:
             self._per_episode[(model, episode)] += 1
@@ -225,9 +264,11 @@ class ScriptedEndpoint:
         called = [c["function"]["name"] for m in messages if m.get("role") == "assistant"
                   for c in m.get("tool_calls") or []]
         if model == "unknowntool" and "no_such_tool" not in called:
-            return _completion(model, tool_calls=[{"name": "no_such_tool", "arguments": {}}])
+            return _completion(model, tool_calls=[{"name": "no_such_tool", "arguments": {}}],
+                               id_prefix=FAULT_ID)
         if model == "usertool" and "toggle_airplane_mode" not in called:
-            return _completion(model, tool_calls=[{"name": "toggle_airplane_mode", "arguments": {}}])
+            return _completion(model, tool_calls=[{"name": "toggle_airplane_mode", "arguments": {}}],
+                               id_prefix=FAULT_ID)
         if model == "think" and not (messages[-1].get("role") == "tool" and called
                                      and called[-1] == "think"):
             return _completion(model, tool_calls=[{"name": "think",

@@ -1,0 +1,143 @@
+"""Throughput, CPU cost and event-loop lag of Tau2AgentWorkflow with many episodes in flight.
+
+A scripted OpenAI-compatible endpoint runs in a separate process and answers every request after a fixed
+latency (policy and user simulator), so the numbers measure this process only: the tau2 orchestrator
+threads, the HTTP clients and the evaluator. Two thread-pool sizes run side by side: the workflow's
+default (one thread per in-flight episode) and asyncio's default executor size on this machine
+(min(32, cpus + 4)), which is what `asyncio.to_thread` would give.
+
+    .venv/bin/python bench/bench_workflow.py --episodes 256 --latency-ms 200
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import resource
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+import httpx
+
+from examples.tau2 import tau2_domain
+from examples.tau2.tau2_agent import Tau2AgentWorkflow
+
+
+@dataclass
+class Run:
+    label: str
+    pool: int
+    episodes: int
+    wall_s: float
+    cpu_s: float
+    mean_reward: float
+    lag_p50_ms: float
+    lag_p99_ms: float
+    lag_max_ms: float
+
+    @property
+    def eps_per_s(self) -> float:
+        return self.episodes / self.wall_s
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_endpoint() -> tuple[subprocess.Popen, str]:
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "examples.tau2.scripted_endpoint", "--port", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                return proc, f"http://127.0.0.1:{port}/v1"
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError("scripted endpoint did not start within 60 s")
+
+
+async def _lag_monitor(samples: list[float], stop: asyncio.Event, period: float = 0.01) -> None:
+    while not stop.is_set():
+        t0 = time.perf_counter()
+        await asyncio.sleep(period)
+        samples.append(time.perf_counter() - t0 - period)
+
+
+async def run_batch(label: str, url: str, rows: list[dict], latency_ms: int, pool: int) -> Run:
+    wf = Tau2AgentWorkflow(user_base_url=url, user_model=f"user@{latency_ms}",
+                           agent_model=f"oracle@{latency_ms}", max_concurrent_episodes=pool,
+                           episode_timeout_s=3600)
+    lags: list[float] = []
+    stop = asyncio.Event()
+    monitor = asyncio.create_task(_lag_monitor(lags, stop))
+    cpu0, t0 = time.process_time(), time.perf_counter()
+    results = await asyncio.gather(*[wf.run_episode(r, base_url=url, api_key="bench") for r in rows])
+    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    stop.set()
+    await monitor
+    await wf.aclose()
+    q = statistics.quantiles([x * 1000 for x in lags], n=100)
+    return Run(label, pool, len(rows), wall, cpu, statistics.mean(r.reward for r in results),
+               q[49], q[98], max(lags) * 1000)
+
+
+def rows_for(domain: str, n: int) -> list[dict]:
+    ids = tau2_domain.task_ids(domain, "test")
+    return [{"domain": domain, "task_id": ids[i % len(ids)]} for i in range(n)]
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    proc, url = start_endpoint()
+    try:
+        rows = rows_for(args.domain, args.episodes)
+        await run_batch("warm-up", url, rows[:4], 0, 8)  # imports, task caches, first env builds
+        small_pool = min(32, (os.cpu_count() or 1) + 4)
+        runs = [
+            await run_batch("one thread per episode", url, rows, args.latency_ms, args.episodes),
+            await run_batch("asyncio default pool", url, rows, args.latency_ms, small_pool),
+        ]
+        per_domain = []
+        for domain in ("airline", "retail", "telecom"):
+            per_domain.append((domain, await run_batch(domain, url, rows_for(domain, args.per_domain), 0,
+                                                       args.per_domain)))
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+    print(f"\n{args.episodes} concurrent {args.domain} episodes, scripted policy and user at "
+          f"{args.latency_ms} ms per call ({os.cpu_count()} CPUs)")
+    print(f"{'pool':<28}{'threads':>8}{'eps/s':>9}{'CPU s/ep':>10}{'reward':>8}"
+          f"{'lag p50':>9}{'lag p99':>9}{'lag max':>9}  (ms)")
+    for r in runs:
+        print(f"{r.label:<28}{r.pool:>8}{r.eps_per_s:>9.2f}{r.cpu_s / r.episodes:>10.3f}{r.mean_reward:>8.2f}"
+              f"{r.lag_p50_ms:>9.1f}{r.lag_p99_ms:>9.1f}{r.lag_max_ms:>9.1f}")
+    print(f"throughput ratio (one thread per episode / default pool): {runs[0].eps_per_s / runs[1].eps_per_s:.1f}x")
+    print(f"\nCPU seconds per episode outside the LLM, {args.per_domain} concurrent episodes per domain, "
+          "no added latency:")
+    for domain, r in per_domain:
+        print(f"  {domain:<8} {r.cpu_s / r.episodes:.3f} s/episode  ({r.eps_per_s:.2f} eps/s, "
+              f"mean reward {r.mean_reward:.2f})")
+    print(f"peak RSS of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    parser.add_argument("--episodes", type=int, default=256)
+    parser.add_argument("--latency-ms", type=int, default=200)
+    parser.add_argument("--domain", default="telecom", choices=["airline", "retail", "telecom"])
+    parser.add_argument("--per-domain", type=int, default=20)
+    asyncio.run(main_async(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    main()
