@@ -2,9 +2,9 @@
 
 A scripted OpenAI-compatible endpoint runs in a separate process and answers every request after a fixed
 latency (policy and user simulator), so the numbers measure this process only: the tau2 orchestrator
-threads, the HTTP clients and the evaluator. Two thread-pool sizes run side by side: the workflow's
-default (one thread per in-flight episode) and asyncio's default executor size on this machine
-(min(32, cpus + 4)), which is what `asyncio.to_thread` would give.
+threads, the HTTP clients and the evaluator. Three settings run side by side: the workflow's default (one
+thread per in-flight episode, at most one busy thread per CPU), the same without the busy-thread limit,
+and asyncio's default executor size on this machine (min(32, cpus + 4)), what `asyncio.to_thread` gives.
 
     .venv/bin/python bench/bench_workflow.py --episodes 256 --latency-ms 200
 """
@@ -32,6 +32,7 @@ from examples.tau2.tau2_agent import Tau2AgentWorkflow
 class Run:
     label: str
     pool: int
+    busy: int
     episodes: int
     wall_s: float
     cpu_s: float
@@ -73,10 +74,11 @@ async def _lag_monitor(samples: list[float], stop: asyncio.Event, period: float 
         samples.append(time.perf_counter() - t0 - period)
 
 
-async def run_batch(label: str, url: str, rows: list[dict], latency_ms: int, pool: int) -> Run:
+async def run_batch(label: str, url: str, rows: list[dict], latency_ms: int, pool: int,
+                    busy: int = 0) -> Run:
     wf = Tau2AgentWorkflow(user_base_url=url, user_model=f"user@{latency_ms}",
                            agent_model=f"oracle@{latency_ms}", max_concurrent_episodes=pool,
-                           episode_timeout_s=3600)
+                           max_busy_episode_threads=busy, episode_timeout_s=3600)
     lags: list[float] = []
     stop = asyncio.Event()
     monitor = asyncio.create_task(_lag_monitor(lags, stop))
@@ -87,8 +89,8 @@ async def run_batch(label: str, url: str, rows: list[dict], latency_ms: int, poo
     await monitor
     await wf.aclose()
     q = statistics.quantiles([x * 1000 for x in lags], n=100)
-    return Run(label, pool, len(rows), wall, cpu, statistics.mean(r.reward for r in results),
-               q[49], q[98], max(lags) * 1000)
+    return Run(label, pool, busy or (os.cpu_count() or 1), len(rows), wall, cpu,
+               statistics.mean(r.reward for r in results), q[49], q[98], max(lags) * 1000)
 
 
 def rows_for(domain: str, n: int) -> list[dict]:
@@ -102,9 +104,11 @@ async def main_async(args: argparse.Namespace) -> None:
         rows = rows_for(args.domain, args.episodes)
         await run_batch("warm-up", url, rows[:4], 0, 8)  # imports, task caches, first env builds
         small_pool = min(32, (os.cpu_count() or 1) + 4)
+        n = args.episodes
         runs = [
-            await run_batch("one thread per episode", url, rows, args.latency_ms, args.episodes),
-            await run_batch("asyncio default pool", url, rows, args.latency_ms, small_pool),
+            await run_batch("default (busy <= CPUs)", url, rows, args.latency_ms, n),
+            await run_batch("no busy-thread limit", url, rows, args.latency_ms, n, busy=n),
+            await run_batch("asyncio default pool", url, rows, args.latency_ms, small_pool, busy=small_pool),
         ]
         per_domain = []
         for domain in ("airline", "retail", "telecom"):
@@ -116,12 +120,14 @@ async def main_async(args: argparse.Namespace) -> None:
 
     print(f"\n{args.episodes} concurrent {args.domain} episodes, scripted policy and user at "
           f"{args.latency_ms} ms per call ({os.cpu_count()} CPUs)")
-    print(f"{'pool':<28}{'threads':>8}{'eps/s':>9}{'CPU s/ep':>10}{'reward':>8}"
+    print(f"{'setting':<26}{'threads':>8}{'busy':>6}{'eps/s':>8}{'CPU s/ep':>10}{'reward':>8}"
           f"{'lag p50':>9}{'lag p99':>9}{'lag max':>9}  (ms)")
     for r in runs:
-        print(f"{r.label:<28}{r.pool:>8}{r.eps_per_s:>9.2f}{r.cpu_s / r.episodes:>10.3f}{r.mean_reward:>8.2f}"
-              f"{r.lag_p50_ms:>9.1f}{r.lag_p99_ms:>9.1f}{r.lag_max_ms:>9.1f}")
-    print(f"throughput ratio (one thread per episode / default pool): {runs[0].eps_per_s / runs[1].eps_per_s:.1f}x")
+        print(f"{r.label:<26}{r.pool:>8}{r.busy:>6}{r.eps_per_s:>8.2f}{r.cpu_s / r.episodes:>10.3f}"
+              f"{r.mean_reward:>8.2f}{r.lag_p50_ms:>9.1f}{r.lag_p99_ms:>9.1f}{r.lag_max_ms:>9.1f}")
+    base, unlimited, small = runs
+    print(f"throughput vs asyncio default pool: {base.eps_per_s / small.eps_per_s:.1f}x; "
+          f"event-loop lag p99 vs no busy limit: {base.lag_p99_ms / unlimited.lag_p99_ms:.2f}x")
     print(f"\nCPU seconds per episode outside the LLM, {args.per_domain} concurrent episodes per domain, "
           "no added latency:")
     for domain, r in per_domain:

@@ -277,3 +277,19 @@ def test_tau2_log_level_knob_routes_tau2_logs(endpoint, capfd):
     logger.debug("tau2-hidden-line")
     err = capfd.readouterr().err
     assert "tau2-debug-line" in err and "tau2-hidden-line" not in err
+
+
+def test_subprocess_mode_reads_endpoint_from_environment(endpoint, monkeypatch):
+    monkeypatch.setenv("OPENAI_BASE_URL", endpoint.url)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-from-env")
+    wf = make_workflow(endpoint, "oracle")
+
+    async def go():
+        try:
+            return await wf.run({"domain": "airline", "task_id": "7"})
+        finally:
+            await wf.aclose()
+
+    assert asyncio.run(go()) == 1.0
+    policy = [r for r in endpoint.endpoint.recent if r.model == "oracle"][-1]
+    assert policy.headers["Authorization"] == "Bearer sk-from-env"

@@ -52,7 +52,6 @@ from examples.tau2.tau2_utils import (
     configure_tau2_logging,
     logger,
     shape_reward,
-    strip_reasoning,
 )
 
 T = TypeVar("T")
@@ -81,10 +80,15 @@ class _Cancelled(Exception):
 
 
 class _LoopBridge:
-    """Runs coroutines on the episode's event loop from tau2's orchestrator thread."""
+    """Runs coroutines on the episode's event loop from tau2's orchestrator thread.
 
-    def __init__(self, loop: asyncio.AbstractEventLoop):
+    The thread holds a slot of `busy` while it runs tau2 code and gives it up while it waits, so only
+    a few threads compete with the event loop for the GIL however many episodes are in flight.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, busy: threading.Semaphore):
         self.loop = loop
+        self.busy = busy
         self.cancelled = threading.Event()
         self._pending: set[concurrent.futures.Future[Any]] = set()
         self._lock = threading.Lock()
@@ -96,11 +100,13 @@ class _LoopBridge:
         fut = asyncio.run_coroutine_threadsafe(coro, self.loop)
         with self._lock:
             self._pending.add(fut)
+        self.busy.release()
         try:
             return fut.result()
         except concurrent.futures.CancelledError:
             raise _Cancelled() from None
         finally:
+            self.busy.acquire()
             with self._lock:
                 self._pending.discard(fut)
 
@@ -186,7 +192,7 @@ class _PolicyTurn:
         )
         return AssistantMessage(
             role="assistant",
-            content=reply.content if not reply.tool_calls else (reply.content or None),
+            content=reply.content,
             tool_calls=reply.tool_calls or None,
             cost=0.0,
             raw_data={"completion_id": reply.completion_id, "finish_reason": reply.finish_reason},
@@ -278,7 +284,7 @@ class _BridgedUser(UserSimulator):
             raise EpisodeRejected(RejectReason.USER_INVALID_OUTPUT, problem)
         user_message = UserMessage(
             role="user",
-            content=strip_reasoning(reply.content),
+            content=reply.content,
             tool_calls=[
                 ToolCall(id=c.id, name=c.name, arguments=c.arguments, requestor="user")
                 for c in reply.tool_calls
@@ -316,7 +322,17 @@ _TERMINATIONS = {
 }
 
 _executors: dict[int, concurrent.futures.ThreadPoolExecutor] = {}
+_busy_slots: dict[int, threading.Semaphore] = {}
 _executors_lock = threading.Lock()
+
+
+def _busy_semaphore(size: int) -> threading.Semaphore:
+    """Process-wide limit on threads running tau2 code at once (0 = number of CPUs)."""
+    size = size or os.cpu_count() or 1
+    with _executors_lock:
+        if size not in _busy_slots:
+            _busy_slots[size] = threading.Semaphore(size)
+        return _busy_slots[size]
 
 
 def _episode_executor(max_workers: int) -> concurrent.futures.ThreadPoolExecutor:
@@ -343,12 +359,19 @@ class Tau2AgentWorkflow:
         self._clients: dict[int, httpx.AsyncClient] = {}
 
     async def run(self, data: dict[str, Any], **extra: Any) -> float:
-        """AReaL's entry point. Returns a float reward; raises EpisodeRejected to reject."""
+        """AReaL's entry point. Returns a float reward; raises EpisodeRejected to reject.
+
+        Inline mode passes `base_url`, `api_key` and `http_client`; subprocess mode passes nothing and
+        sets OPENAI_BASE_URL / OPENAI_API_KEY instead.
+        """
+        base_url = extra.get("base_url") or os.environ.get("OPENAI_BASE_URL")
+        if not base_url:
+            raise ValueError("Tau2AgentWorkflow.run needs base_url (or OPENAI_BASE_URL in subproc mode)")
         try:
             result = await self.run_episode(
                 data,
-                base_url=extra["base_url"],
-                api_key=extra.get("api_key") or "EMPTY",
+                base_url=base_url,
+                api_key=extra.get("api_key") or os.environ.get("OPENAI_API_KEY") or "EMPTY",
                 http_client=extra.get("http_client"),
             )
         except EpisodeRejected as e:
@@ -390,7 +413,7 @@ class Tau2AgentWorkflow:
         for endpoint in (policy, user):
             if endpoint is not None:
                 endpoint.headers = headers
-        bridge = _LoopBridge(loop)
+        bridge = _LoopBridge(loop, _busy_semaphore(cfg.max_busy_episode_threads))
         seed = data.get("seed")
         job = loop.run_in_executor(
             _episode_executor(cfg.max_concurrent_episodes),
@@ -446,7 +469,20 @@ def _run_episode_sync(
     bridge: _LoopBridge,
     seed: int | None,
 ) -> EpisodeResult:
-    """The orchestrator thread: build tau2's objects, run tau2's Orchestrator, evaluate."""
+    """The orchestrator thread: holds a busy slot except while it waits for an LLM reply."""
+    with bridge.busy:
+        return _episode_in_thread(ref, cfg, policy, user_endpoint, bridge, seed)
+
+
+def _episode_in_thread(
+    ref: TaskRef,
+    cfg: Tau2EnvConfig,
+    policy: ChatEndpoint,
+    user_endpoint: ChatEndpoint | None,
+    bridge: _LoopBridge,
+    seed: int | None,
+) -> EpisodeResult:
+    """Build tau2's objects, run tau2's Orchestrator, evaluate."""
     start, start_time = time.perf_counter(), get_now()
     task = tau2_domain.get_task(ref.domain, ref.task_id)
     env = tau2_domain.make_environment(ref.domain, solo_mode=cfg.solo_mode)
