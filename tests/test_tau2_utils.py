@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import pytest
 
@@ -73,6 +74,9 @@ def test_write_atomic_replaces_whole_file(tmp_path):
     write_atomic(p, "one")
     write_atomic(p, "two")
     assert p.read_text() == "two" and [f.name for f in p.parent.iterdir()] == ["b.txt"]
+    umask = os.umask(0)
+    os.umask(umask)
+    assert p.stat().st_mode & 0o777 == 0o666 & ~umask
 
 
 def test_tau2_logging_is_routed_at_the_chosen_level(capfd):

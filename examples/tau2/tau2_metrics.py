@@ -1,0 +1,304 @@
+"""Evaluation metrics over repeated trials of tau2 tasks: pass^k, pass@k and episode statistics.
+
+Pure functions over `TrialRecord`s (one per attempted trial); no I/O. Definitions:
+
+* A trial **succeeds** when its tau2 reward is >= `SUCCESS_THRESHOLD` (1 - 1e-6): tau2's reward is a
+  product of 0/1 checks, so this means "every check passed", robust to float round-off. The shaped
+  training reward (partial credit, format penalty) never decides success.
+* **pass^k** (tau2's leaderboard metric): for a task with n valid trials and c successes, the chance
+  that k trials drawn without replacement *all* succeed, C(c, k) / C(n, k); averaged over tasks.
+* **pass@k**: the chance that *at least one* of k such trials succeeds, 1 - C(n - c, k) / C(n, k).
+* **Rejected trials** (infrastructure failures: endpoint down, timeout...) are not scored. They are
+  excluded, never counted as failures, and reported. A task therefore can have fewer valid trials n
+  than were requested. Each task uses its own n in the formulas above (both are unbiased estimates
+  for any n >= k), and a task with n < k is left out of pass^k and pass@k at that k only;
+  `tasks_at_k` says how many tasks each value averages over. A task with no valid trial is in no
+  average and is counted in `tasks_without_valid_trial`.
+* **overall** applies the same formulas to all tasks of all domains together, so every task weighs
+  the same (domains with more tasks weigh more); `domain_mean_pass_hat_k` is the plain mean of the
+  per-domain values instead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+SUCCESS_THRESHOLD = 1.0 - 1e-6
+OVERALL = "overall"
+
+
+def is_success(tau2_reward: float) -> bool:
+    return tau2_reward >= SUCCESS_THRESHOLD
+
+
+def pass_hat_k(n: int, c: int, k: int) -> float:
+    """P(k of n trials, drawn without replacement, all succeed) given c successes."""
+    _check_counts(n, c, k)
+    return math.comb(c, k) / math.comb(n, k)
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """P(at least one of k of n trials, drawn without replacement, succeeds) given c successes."""
+    _check_counts(n, c, k)
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def _check_counts(n: int, c: int, k: int) -> None:
+    if not (0 <= c <= n and 1 <= k <= n):
+        raise ValueError(f"need 0 <= c <= n and 1 <= k <= n, got n={n} c={c} k={k}")
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    """One attempt at one trial of one task: either scored, or rejected (`rejection` is set)."""
+
+    domain: str
+    task_id: str
+    trial: int
+    seed: int
+    tau2_reward: float | None = None
+    reward: float | None = None
+    """The shaped training reward (equals tau2_reward unless shaping is configured)."""
+    reward_breakdown: dict[str, float] = field(default_factory=dict)
+    termination: str = ""
+    num_agent_turns: int = 0
+    num_tool_calls: int = 0
+    num_invalid_tool_calls: int = 0
+    wall_s: float = 0.0
+    dump_path: str = ""
+    note: str = ""
+    rejection: str = ""
+    """A `RejectReason` value for a rejected attempt, empty for a scored one."""
+    rejection_detail: str = ""
+
+    def __post_init__(self) -> None:
+        if bool(self.rejection) == (self.tau2_reward is not None):
+            raise ValueError(
+                f"trial {self.domain}/{self.task_id}#{self.trial} must have exactly one of a tau2 reward "
+                "and a rejection reason"
+            )
+
+    @property
+    def scored(self) -> bool:
+        return not self.rejection
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        return (self.domain, self.task_id, self.trial)
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> TrialRecord:
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+def final_trials(records: Iterable[TrialRecord]) -> dict[tuple[str, str, int], TrialRecord]:
+    """The state of each trial: its scored record if it has one, else its last rejected attempt."""
+    out: dict[tuple[str, str, int], TrialRecord] = {}
+    for r in records:
+        prev = out.get(r.key)
+        if prev is None or r.scored or not prev.scored:
+            out[r.key] = r
+    return out
+
+
+@dataclass
+class ComponentStats:
+    """One tau2 reward component (DB, COMMUNICATE, ACTION, ENV_ASSERTION...) over valid trials."""
+
+    mean: float
+    count: int
+    """Trials whose task scores this component (tasks differ in their reward basis)."""
+
+
+@dataclass
+class GroupMetrics:
+    """Metrics of one domain, or of all domains together (`name == "overall"`)."""
+
+    name: str
+    num_tasks: int
+    """Tasks with at least one recorded attempt."""
+    tasks_without_valid_trial: int
+    num_valid_trials: int
+    num_successes: int
+    num_rejected_trials: int
+    """Trials with no valid attempt (only rejections): excluded from every number above and below."""
+    rejected_attempts: dict[str, int]
+    """Every rejected attempt by reason, including those a later attempt replaced."""
+    pass_hat_k: dict[int, float | None]
+    pass_at_k: dict[int, float | None]
+    tasks_at_k: dict[int, int]
+    """How many tasks (those with >= k valid trials) each pass^k / pass@k value averages over."""
+    success_rate: float | None
+    """Successful / valid trials (weights tasks by their valid trials; pass^1 weighs tasks equally)."""
+    mean_tau2_reward: float | None
+    mean_reward: float | None
+    mean_agent_turns: float | None
+    mean_tool_calls: float | None
+    terminations: dict[str, int]
+    reward_components: dict[str, ComponentStats]
+
+
+@dataclass
+class EvalReport:
+    max_k: int
+    domains: dict[str, GroupMetrics]
+    overall: GroupMetrics
+    domain_mean_pass_hat_k: dict[int, float | None]
+    success_threshold: float = SUCCESS_THRESHOLD
+
+    def groups(self) -> list[GroupMetrics]:
+        return [*self.domains.values(), self.overall]
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _group(name: str, attempts: list[TrialRecord], finals: list[TrialRecord], max_k: int) -> GroupMetrics:
+    valid = [r for r in finals if r.scored]
+    per_task: dict[tuple[str, str], list[bool]] = defaultdict(list)
+    for r in finals:  # every task with an attempt, even one with no valid trial
+        outcomes = per_task[(r.domain, r.task_id)]
+        if r.scored:
+            outcomes.append(is_success(r.tau2_reward))  # type: ignore[arg-type]
+    counts = [(len(o), sum(o)) for o in per_task.values()]
+    hat: dict[int, float | None] = {}
+    at: dict[int, float | None] = {}
+    tasks_at: dict[int, int] = {}
+    for k in range(1, max_k + 1):
+        eligible = [(n, c) for n, c in counts if n >= k]
+        tasks_at[k] = len(eligible)
+        hat[k] = _mean([pass_hat_k(n, c, k) for n, c in eligible])
+        at[k] = _mean([pass_at_k(n, c, k) for n, c in eligible])
+    components: dict[str, list[float]] = defaultdict(list)
+    for r in valid:
+        for comp, value in r.reward_breakdown.items():
+            components[comp].append(float(value))
+    return GroupMetrics(
+        name=name,
+        num_tasks=len(per_task),
+        tasks_without_valid_trial=sum(n == 0 for n, _ in counts),
+        num_valid_trials=len(valid),
+        num_successes=sum(c for _, c in counts),
+        num_rejected_trials=len(finals) - len(valid),
+        rejected_attempts=dict(sorted(Counter(r.rejection for r in attempts if not r.scored).items())),
+        pass_hat_k=hat,
+        pass_at_k=at,
+        tasks_at_k=tasks_at,
+        success_rate=_mean([float(is_success(r.tau2_reward)) for r in valid]),  # type: ignore[arg-type]
+        mean_tau2_reward=_mean([r.tau2_reward for r in valid]),  # type: ignore[misc]
+        mean_reward=_mean([r.reward for r in valid if r.reward is not None]),
+        mean_agent_turns=_mean([r.num_agent_turns for r in valid]),
+        mean_tool_calls=_mean([r.num_tool_calls for r in valid]),
+        terminations=dict(sorted(Counter(r.termination for r in valid).items())),
+        reward_components={c: ComponentStats(sum(v) / len(v), len(v)) for c, v in sorted(components.items())},
+    )
+
+
+def compute_report(records: Iterable[TrialRecord], max_k: int) -> EvalReport:
+    """Per-domain and overall metrics for k = 1..max_k from every recorded attempt."""
+    if max_k < 1:
+        raise ValueError(f"max_k must be >= 1, got {max_k}")
+    attempts = list(records)
+    finals = list(final_trials(attempts).values())
+    domains = sorted({r.domain for r in attempts})
+    per_domain = {
+        d: _group(d, [r for r in attempts if r.domain == d], [r for r in finals if r.domain == d], max_k)
+        for d in domains
+    }
+    domain_mean: dict[int, float | None] = {}
+    for k in range(1, max_k + 1):
+        values = [g.pass_hat_k[k] for g in per_domain.values()]
+        domain_mean[k] = None if not values or None in values else _mean(values)  # type: ignore[arg-type]
+    return EvalReport(
+        max_k=max_k,
+        domains=per_domain,
+        overall=_group(OVERALL, attempts, finals, max_k),
+        domain_mean_pass_hat_k=domain_mean,
+    )
+
+
+def _fmt(value: float | None, digits: int = 3) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def _k_cells(values: dict[int, float | None], tasks_at_k: dict[int, int], scored_tasks: int) -> list[str]:
+    # A value over fewer tasks than the group has (some had < k valid trials) says so.
+    return [
+        _fmt(v) + ("" if tasks_at_k[k] == scored_tasks else f" ({tasks_at_k[k]} tasks)")
+        for k, v in values.items()
+    ]
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return [
+        "| " + " | ".join(header) + " |",
+        "|" + "|".join("---" for _ in header) + "|",
+        *("| " + " | ".join(r) + " |" for r in rows),
+    ]
+
+
+def format_markdown(report: EvalReport) -> str:
+    """The report as Markdown tables (pass^k, pass@k, episode statistics, reward components)."""
+    ks = list(range(1, report.max_k + 1))
+    groups = report.groups()
+    out = [
+        f"Success: tau2 reward >= {report.success_threshold!r}. Rejected trials (infrastructure "
+        "failures) are excluded, never counted as failures. A value marked `(N tasks)` averages only "
+        "the tasks with at least k valid trials.",
+        "",
+        "### pass^k (all k trials succeed)",
+        "",
+    ]
+    rows = []
+    for g in groups:
+        scored = g.num_tasks - g.tasks_without_valid_trial
+        rows.append([g.name, str(scored), *_k_cells(g.pass_hat_k, g.tasks_at_k, scored)])
+    if len(report.domains) > 1:
+        rows.append(["mean of domains", "", *(_fmt(report.domain_mean_pass_hat_k[k]) for k in ks)])
+    out += _table(["domain", "tasks", *(f"pass^{k}" for k in ks)], rows)
+    out += ["", "### pass@k (at least one of k trials succeeds)", ""]
+    rows = []
+    for g in groups:
+        scored = g.num_tasks - g.tasks_without_valid_trial
+        rows.append([g.name, str(scored), *_k_cells(g.pass_at_k, g.tasks_at_k, scored)])
+    out += _table(["domain", "tasks", *(f"pass@{k}" for k in ks)], rows)
+    out += ["", "### Episodes", ""]
+    rows = []
+    for g in groups:
+        rejected = ", ".join(f"{r}: {n}" for r, n in g.rejected_attempts.items()) or "0"
+        rows.append([
+            g.name, str(g.num_valid_trials), str(g.num_rejected_trials), rejected,
+            str(g.tasks_without_valid_trial), _fmt(g.success_rate), _fmt(g.mean_tau2_reward),
+            _fmt(g.mean_reward), _fmt(g.mean_agent_turns, 1), _fmt(g.mean_tool_calls, 1),
+            ", ".join(f"{t}: {n}" for t, n in g.terminations.items()) or "–",
+        ])
+    out += _table(
+        ["domain", "valid trials", "rejected trials", "rejected attempts", "tasks w/o valid trial",
+         "success rate", "mean tau2 reward", "mean reward", "policy turns", "tool calls", "terminations"],
+        rows,
+    )
+    components = sorted({c for g in groups for c in g.reward_components})
+    if components:
+        out += ["", "### tau2 reward components (mean over valid trials that score them; trials)", ""]
+        rows = []
+        for g in groups:
+            cells = []
+            for c in components:
+                s = g.reward_components.get(c)
+                cells.append("–" if s is None else f"{s.mean:.3f} ({s.count})")
+            rows.append([g.name, *cells])
+        out += _table(["domain", *components], rows)
+    return "\n".join(out) + "\n"
