@@ -1,0 +1,201 @@
+"""The training config (AReaL's `PPOConfig` plus the `econfig` section) and how a command line becomes one.
+
+`load_config` composes the YAML and overrides with AReaL's own Hydra set-up (`parse_cli_args`), so
+variant files layer with Hydra's group syntax: `+configs=slurm_2node` merges
+`configs/slurm_2node.yaml` (next to the main config) over it, and later `key=value` overrides win.
+It also accepts the old combined `allocation_mode=<inference>+<training>` and rewrites it into
+1.0.4's per-engine backends. The result carries the effective argv, which `load_expr_config` loads
+to the same config for the run; loading here has no side effects, so validation and `--dry-run`
+happen before anything is written or started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from areal.api.cli_args import PPOConfig, parse_cli_args, to_structured_cfg
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from examples.tau2.tau2_alloc import EngineBackends, parse_backend, same_allocation, split_allocation_mode
+from examples.tau2.tau2_utils import DOMAINS, SOLO_DOMAINS, Tau2EnvConfig
+
+ALLOCATION_KEY = "allocation_mode"
+BACKEND_KEYS = ("rollout.backend", "actor.backend", "ref.backend")
+
+
+class ConfigError(ValueError):
+    """The command line or the YAML cannot become a config; the message is one sentence."""
+
+
+@dataclass
+class Tau2TrainEnvConfig(Tau2EnvConfig):
+    """`econfig`: which tau2 tasks to train on, plus every episode setting of `Tau2EnvConfig`.
+
+    The episode settings travel to the rollout workers as workflow kwargs (`episode_config()`).
+    """
+
+    domain: str | None = "airline"
+    """One tau2 domain (airline, retail, telecom, mock). Null when `mix` is set."""
+    mix: dict[str, float] | None = None
+    """Weighted mix of domains, e.g. {airline: 1, retail: 1}: each domain's share of training rows."""
+    train_split: str = "train"
+    """tau2 split the training tasks come from (mock has only `all`)."""
+    valid_split: str | None = "test"
+    """tau2 split for validation; null: no validation set (then `valid_dataset` must be null too)."""
+    drop_uniform_groups: bool = True
+    """Drop GRPO groups whose rows all carry the same reward (`tau2_filter.drop_uniform_groups`)."""
+
+    def __post_init__(self) -> None:
+        """Not validated here: `tau2_validate.validate` reports every problem of the run together."""
+
+    def domain_weights(self) -> dict[str, float]:
+        """Domain -> weight; a single domain has weight 1."""
+        if self.mix:
+            return {str(k): float(v) for k, v in self.mix.items()}
+        return {self.domain: 1.0} if self.domain else {}
+
+    def episode_config(self) -> Tau2EnvConfig:
+        """The part that the workflow takes (its constructor validates it)."""
+        names = [f.name for f in dataclasses.fields(Tau2EnvConfig)]
+        return Tau2EnvConfig(**{name: getattr(self, name) for name in names})
+
+    def validate(self) -> list[str]:
+        """Episode settings (Tau2EnvConfig's checks) and the dataset choice, without touching tau2."""
+        return [f"econfig: {e}" for e in super().validate()] + self.choice_errors()
+
+    def choice_errors(self) -> list[str]:
+        """Problems with the choice of domains and splits that make reading tau2's splits pointless."""
+        errors = []
+        if bool(self.domain) == bool(self.mix):
+            errors.append("econfig: set exactly one of econfig.domain (one domain) and econfig.mix "
+                          "(weighted domains; then econfig.domain=null)")
+        unknown = sorted(d for d in self.domain_weights() if d not in DOMAINS)
+        if unknown:
+            errors.append(f"econfig: unknown tau2 domain(s) {', '.join(unknown)}; "
+                          f"known: {', '.join(DOMAINS)}")
+        if any(w <= 0 for w in self.domain_weights().values()):
+            errors.append(f"econfig: mix weights must be positive, got {self.mix}")
+        if self.solo_mode:
+            no_solo = sorted(d for d in self.domain_weights() if d in DOMAINS and d not in SOLO_DOMAINS)
+            if no_solo:
+                errors.append(f"econfig: solo_mode needs domains with tickets ({', '.join(SOLO_DOMAINS)}); "
+                              f"{', '.join(no_solo)} have none")
+        if not self.train_split:
+            errors.append("econfig: train_split must be set")
+        return errors
+
+
+@dataclass
+class Tau2PPOConfig(PPOConfig):
+    """AReaL's PPO config plus the tau2 environment section."""
+
+    econfig: Tau2TrainEnvConfig = field(default_factory=Tau2TrainEnvConfig)
+
+
+@dataclass(frozen=True)
+class LoadedConfig:
+    config: Tau2PPOConfig
+    argv: list[str]
+    """Effective command line (`--config` + overrides, allocation translated) for `load_expr_config`."""
+    config_file: Path
+    allocation_mode: str = ""
+    """The combined allocation string given, if any."""
+    backends: EngineBackends | None = None
+    """What `allocation_mode` was translated into."""
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def _override_key(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def _quote_parenthesized(override: str) -> str:
+    """Hydra's override grammar rejects unquoted `(`; the MoE hybrid backend syntax uses it."""
+    key, sep, value = override.partition("=")
+    if sep and _override_key(override) in BACKEND_KEYS and "(" in value and value[:1] not in "'\"":
+        return f"{key}='{value}'"
+    return override
+
+
+def _explicit_backends(overrides: list[str]) -> dict[str, str]:
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    return {o.key_or_group: str(o.value()) for o in parsed if o.key_or_group in BACKEND_KEYS}
+
+
+def _compose(config_file: Path, overrides: list[str]) -> DictConfig:
+    try:
+        raw, _ = parse_cli_args(["--config", str(config_file), *overrides])
+    except (HydraException, OmegaConfBaseException, ValueError) as e:
+        hint = " (keys absent from the YAML need ++key=value)" if "Could not override" in str(e) else ""
+        raise ConfigError(f"cannot compose {config_file} with {overrides}: {_first_line(e)}{hint}") from None
+    return raw
+
+
+def load_config(argv: list[str]) -> LoadedConfig:
+    """`[script.py] --config FILE [overrides...]` -> config, without side effects. Raises ConfigError."""
+    argv = list(argv[1:] if argv and argv[0].endswith(".py") else argv)
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--config", required=True)
+    try:
+        args, rest = parser.parse_known_args(argv)
+    except SystemExit:
+        raise ConfigError("usage: tau2_train.py --config FILE [key=value ...] [--dry-run]") from None
+    config_file = Path(args.config).absolute()
+    if not config_file.is_file():
+        raise ConfigError(f"config file {config_file} does not exist")
+
+    cli_mode = ""
+    overrides = []
+    for o in rest:
+        if _override_key(o) == ALLOCATION_KEY:
+            cli_mode = o.split("=", 1)[1].strip().strip("'\"")  # the last one wins, as in Hydra
+        else:
+            overrides.append(_quote_parenthesized(o))
+
+    raw = _compose(config_file, overrides)
+    mode = cli_mode or str(raw.get(ALLOCATION_KEY) or "")
+    backends = None
+    if mode:
+        try:
+            backends = split_allocation_mode(mode)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        _check_consistent(mode, backends, _explicit_backends(overrides))
+        overrides += [f"++rollout.backend='{backends.rollout}'", f"++actor.backend='{backends.train}'"]
+        if raw.get("ref") is not None:
+            overrides.append(f"++ref.backend='{backends.train}'")
+        overrides.append(f"++{ALLOCATION_KEY}=''")
+        raw = _compose(config_file, overrides)
+
+    try:
+        config: Any = OmegaConf.to_object(to_structured_cfg(raw, config_cls=Tau2PPOConfig))
+    except (OmegaConfBaseException, ValueError, TypeError) as e:
+        raise ConfigError(f"invalid config: {_first_line(e)}") from None
+    return LoadedConfig(config=config, argv=["--config", str(config_file), *overrides],
+                        config_file=config_file, allocation_mode=mode, backends=backends)
+
+
+def _check_consistent(mode: str, backends: EngineBackends, explicit: dict[str, str]) -> None:
+    wanted = {"rollout.backend": backends.rollout, "actor.backend": backends.train,
+              "ref.backend": backends.train}
+    for key, given in explicit.items():
+        try:
+            same = same_allocation(parse_backend(given), parse_backend(wanted[key]))
+        except ValueError as e:
+            raise ConfigError(f"{key}: {e}") from None
+        if not same:
+            raise ConfigError(
+                f"allocation_mode={mode} sets {key}={wanted[key]}, which contradicts {key}={given} "
+                "given on the command line; give only one of them"
+            )

@@ -1,0 +1,352 @@
+"""Every check that can fail a training run, made before any worker, server or GPU is started.
+
+`validate(config)` returns one sentence per problem (empty: go). It reads the model's `config.json`
+when `actor.path` is a local directory, asks the user simulator for its model list (a GET with a
+short timeout), and looks at the filesystem, but changes nothing.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import urllib.parse
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+from areal.api.alloc_mode import ModelAllocation
+from areal.infra.scheduler.slurm import SlurmScheduler
+from areal.infra.utils.http import DEFAULT_ADMIN_API_KEY
+from areal.utils.network import gethostip
+
+from examples.tau2 import tau2_dataset, tau2_domain
+from examples.tau2.tau2_alloc import parse_backend
+from examples.tau2.tau2_config import Tau2PPOConfig, Tau2TrainEnvConfig
+
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "::1", "localhost"})
+USER_CHECK_TIMEOUT_S = 5.0
+SCHEDULERS = ("local", "slurm")
+# areal 1.0.4's archon model registry (`areal.experimental.models.archon.get_supported_model_types()`,
+# which takes ~10 s to import); tests/test_tau2_train.py keeps the two equal.
+ARCHON_MODEL_TYPES = frozenset(
+    {"qwen2", "qwen3", "qwen3_moe", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"}
+)
+
+
+def slurm_bind_root() -> str:
+    """The host directory SlurmScheduler binds into every worker's container (1.0.4: always /storage)."""
+    mounts = inspect.signature(SlurmScheduler.__init__).parameters["container_mounts"].default
+    return str(mounts).split(":", 1)[0]
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What parallel degrees depend on, from a checkpoint's `config.json`."""
+
+    model_type: str
+    num_heads: int
+    num_kv_heads: int
+    num_layers: int
+    tied_embeddings: bool
+    num_experts: int | None
+
+    @classmethod
+    def from_hf_config(cls, cfg: dict) -> ModelShape:
+        text = cfg.get("text_config") or cfg  # multimodal configs nest the language model
+        heads = int(text["num_attention_heads"])
+        return cls(
+            model_type=str(cfg.get("model_type", "")),
+            num_heads=heads,
+            num_kv_heads=int(text.get("num_key_value_heads") or heads),
+            num_layers=int(text["num_hidden_layers"]),
+            tied_embeddings=bool(cfg.get("tie_word_embeddings", text.get("tie_word_embeddings", False))),
+            num_experts=text.get("num_experts") or text.get("num_routed_experts"),
+        )
+
+
+def read_model_shape(path: str) -> ModelShape | None:
+    """The shape of a local checkpoint; None when `path` is not a local directory (e.g. a hub id,
+    which only the workers resolve). Raises ValueError when its config.json is missing or broken."""
+    if not path or not Path(path).is_dir():
+        return None
+    config_file = Path(path) / "config.json"
+    try:
+        return ModelShape.from_hf_config(json.loads(config_file.read_text()))
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"cannot read the model shape from {config_file}: {type(e).__name__}: {e}") from None
+
+
+@dataclass(frozen=True)
+class EngineUse:
+    """One engine of the run and the GPUs it takes."""
+
+    role: str
+    backend: str
+    alloc: ModelAllocation
+    gpus: int
+
+    @property
+    def gpus_per_instance(self) -> int:
+        """GPUs of one server (inference) or of the whole engine (training)."""
+        p = self.alloc.parallel
+        return p.tp_size * p.pp_size if self.role == "rollout" else self.gpus
+
+
+def _use(role: str, backend: str, strategy_type: str) -> EngineUse:
+    alloc = parse_backend(backend)
+    return EngineUse(role, backend, alloc, 0 if strategy_type == "colocation" else alloc.world_size)
+
+
+def engine_uses(config: Tau2PPOConfig) -> list[EngineUse]:
+    """The engines PPOTrainer will start (a colocated one takes no GPUs of its own).
+    Raises ValueError for a backend AReaL cannot parse."""
+    uses = [_use("rollout", config.rollout.backend, config.rollout.scheduling_strategy.type),
+            _use("actor", config.actor.backend, config.actor.scheduling_strategy.type)]
+    if config.actor.kl_ctl > 0 and config.ref is not None:  # PPOTrainer's own condition for a ref engine
+        uses.append(_use("ref", config.ref.backend, config.ref.scheduling_strategy.type))
+    if config.critic is not None:
+        uses.append(_use("critic", config.critic.backend, config.critic.scheduling_strategy.type))
+    return uses
+
+
+def check_gpus(config: Tau2PPOConfig, uses: list[EngineUse]) -> list[str]:
+    errors = []
+    cluster, scheduler = config.cluster, config.scheduler.type
+    if scheduler not in SCHEDULERS:
+        errors.append(f"scheduler.type must be local or slurm, got {scheduler!r}: AReaL 1.0.4 runs agent "
+                      "workflows only under its single controller, and not with ray")
+    needed = sum(u.gpus for u in uses)
+    available = cluster.n_nodes * cluster.n_gpus_per_node
+    if needed > available:
+        parts = " + ".join(f"{u.role} {u.gpus}" for u in uses if u.gpus)
+        errors.append(f"the engines need {needed} GPUs ({parts}) but cluster.n_nodes x "
+                      f"cluster.n_gpus_per_node = {cluster.n_nodes} x {cluster.n_gpus_per_node} "
+                      f"= {available}")
+    if scheduler == "local" and cluster.n_nodes > 1:
+        errors.append(f"scheduler.type=local starts every worker on this machine; cluster.n_nodes="
+                      f"{cluster.n_nodes} needs scheduler.type=slurm")
+    for u in uses:
+        if u.gpus_per_instance > cluster.n_gpus_per_node and u.role == "rollout":
+            errors.append(f"one {u.alloc.backend} server of rollout.backend={u.backend} needs "
+                          f"{u.gpus_per_instance} GPUs, more than one node has ({cluster.n_gpus_per_node})")
+        if scheduler == "slurm" and u.gpus % cluster.n_gpus_per_node:
+            errors.append(f"SLURM takes whole nodes: {u.role} uses {u.gpus} GPUs, not a multiple of "
+                          f"cluster.n_gpus_per_node={cluster.n_gpus_per_node}")
+    for role, specs in (("rollout", config.rollout.scheduling_spec), ("actor", config.actor.scheduling_spec)):
+        if cluster.n_gpus_per_node > 0 and specs[0].gpu < 1:
+            errors.append(f"{role}.scheduling_spec[0].gpu is {specs[0].gpu}: its workers would get no GPU")
+    return errors
+
+
+def _check_tp(role: str, backend: str, shape: ModelShape, tp: int, kv_replicable: bool) -> list[str]:
+    errors = []
+    if shape.num_heads % tp:
+        errors.append(f"{role}.backend={backend}: {shape.num_heads} attention heads are not divisible "
+                      f"by tp={tp}")
+    kv_ok = shape.num_kv_heads % tp == 0 or (kv_replicable and tp % shape.num_kv_heads == 0)
+    if not kv_ok:
+        rule = "divide or be a multiple of" if kv_replicable else "be divisible by"
+        errors.append(f"{role}.backend={backend}: {shape.num_kv_heads} key/value heads must {rule} tp={tp}")
+    return errors
+
+
+def check_parallelism(shape: ModelShape, uses: list[EngineUse]) -> list[str]:
+    """Parallel degrees the model's shape allows, per engine."""
+    errors = []
+    for u in uses:
+        p, backend = u.alloc.parallel, u.alloc.backend
+        # SGLang/vLLM replicate KV heads when tp exceeds them; the trainers shard them.
+        errors += _check_tp(u.role, u.backend, shape, p.tp_size, kv_replicable=u.role == "rollout")
+        if p.pp_size > shape.num_layers:
+            errors.append(f"{u.role}.backend={u.backend}: pp={p.pp_size} exceeds the model's "
+                          f"{shape.num_layers} layers")
+        if backend == "megatron" and shape.num_layers % p.pp_size:
+            errors.append(f"{u.role}.backend={u.backend}: {shape.num_layers} layers are not divisible by "
+                          f"pp={p.pp_size}")
+        if backend == "archon" and p.pp_size > 1 and shape.tied_embeddings:
+            errors.append(f"{u.role}.backend={u.backend}: archon pipeline parallelism cannot split a model "
+                          "with tied input/output embeddings (tie_word_embeddings); use pp=1")
+        if backend == "archon" and p.cp_size > 1 and shape.num_heads % (p.tp_size * p.cp_size):
+            errors.append(f"{u.role}.backend={u.backend}: {shape.num_heads} attention heads are not "
+                          f"divisible by tp x cp = {p.tp_size * p.cp_size}")
+        if p.ep_size > 1 and not shape.num_experts:
+            errors.append(f"{u.role}.backend={u.backend}: ep={p.ep_size} but the model has no experts")
+        elif p.ep_size > 1 and shape.num_experts and shape.num_experts % p.ep_size:
+            errors.append(f"{u.role}.backend={u.backend}: {shape.num_experts} experts are not divisible "
+                          f"by ep={p.ep_size}")
+        if backend == "archon" and shape.model_type not in ARCHON_MODEL_TYPES:
+            errors.append(f"{u.role}.backend={u.backend}: archon does not support model type "
+                          f"{shape.model_type!r} (supported: {', '.join(sorted(ARCHON_MODEL_TYPES))})")
+    return errors
+
+
+def check_user_simulator(econfig: Tau2TrainEnvConfig, scheduler: str | None,
+                         timeout_s: float = USER_CHECK_TIMEOUT_S) -> list[str]:
+    """The user-simulator endpoint answers, and serves `user_model` when it lists its models."""
+    if econfig.solo_mode or not econfig.user_base_url:
+        return []  # solo mode has no user; a missing URL is reported by econfig.validate()
+    url = econfig.user_base_url.rstrip("/")
+    host = urllib.parse.urlparse(url).hostname or ""
+    if scheduler == "slurm" and host in LOOPBACK_HOSTS:
+        return [f"econfig.user_base_url={url} is a loopback address, which the rollout workers on other "
+                "nodes cannot reach; use the user-simulator host's name or IP"]
+    key = os.environ.get(econfig.user_api_key_env) or "EMPTY"
+    try:
+        response = httpx.get(f"{url}/models", headers={"Authorization": f"Bearer {key}"}, timeout=timeout_s)
+    except httpx.HTTPError as e:
+        return [f"the user simulator at econfig.user_base_url={url} is not reachable ({type(e).__name__}); "
+                "start one (tau2_rl.sh user-server start), point econfig.user_base_url at one, or set "
+                "econfig.solo_mode=true (telecom, mock)"]
+    if response.status_code in (401, 403):
+        return [f"the user simulator at {url} rejects the key in ${econfig.user_api_key_env} "
+                f"(HTTP {response.status_code})"]
+    if response.status_code == 200:
+        try:
+            served = [str(m["id"]) for m in response.json().get("data", [])]
+        except (ValueError, KeyError, TypeError, AttributeError):
+            served = []
+        if served and econfig.user_model not in served:
+            return [f"the user simulator at {url} serves {', '.join(served)}, not "
+                    f"econfig.user_model={econfig.user_model}"]
+    return []  # any other answer: up, without an OpenAI model list to compare against
+
+
+def check_admin_key(config: Tau2PPOConfig, host: str) -> list[str]:
+    """AReaL's proxy refuses its public default admin key on a non-loopback address (`host`: this
+    machine's, as the proxy resolves it), and other nodes would reach it there."""
+    if config.rollout.agent.admin_api_key != DEFAULT_ADMIN_API_KEY:
+        return []
+    single_node = config.cluster.n_nodes == 1 and config.scheduler.type == "local"
+    if single_node and (host in LOOPBACK_HOSTS or os.environ.get("AREAL_ALLOW_DEFAULT_ADMIN_KEY") == "1"):
+        return []
+    where = "on several nodes" if not single_node else f"on {host}"
+    return [f"rollout.agent.admin_api_key is AReaL's public default, which its proxy refuses {where}; "
+            "set rollout.agent.admin_api_key=<secret> (tau2_rl.sh passes a fresh one)"]
+
+
+def _creatable(path: Path) -> str:
+    """'' if `path` is a writable directory or can be created; else why not."""
+    probe = path
+    while not probe.exists():
+        if probe.parent == probe:
+            return "no existing parent"
+        probe = probe.parent
+    if not probe.is_dir():
+        return f"{probe} is not a directory"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return f"{probe} is not writable"
+    return ""
+
+
+def shared_paths(config: Tau2PPOConfig) -> dict[str, str]:
+    """Directories AReaL's schedulers require to exist (tau2_train creates them)."""
+    paths = {"cluster.fileroot": config.cluster.fileroot}
+    if config.cluster.name_resolve.type == "nfs":
+        paths["cluster.name_resolve.nfs_record_root"] = config.cluster.name_resolve.nfs_record_root
+    return paths
+
+
+def check_paths(config: Tau2PPOConfig) -> list[str]:
+    errors = []
+    bind = slurm_bind_root()
+    for name, value in shared_paths(config).items():
+        if not value:
+            errors.append(f"{name} must be set")
+            continue
+        path = Path(value).absolute()
+        problem = _creatable(path)
+        if problem:
+            errors.append(f"{name}={value} does not exist and cannot be created ({problem})")
+        if config.scheduler.type == "slurm" and not path.is_relative_to(bind):
+            errors.append(f"{name}={value} is outside {bind}, the only host directory AReaL's SlurmScheduler "
+                          "binds into the workers' containers")
+    if config.scheduler.type == "slurm":
+        images = {config.rollout.scheduling_spec[0].image: "rollout",
+                  config.actor.scheduling_spec[0].image: "actor"}
+        for image, role in images.items():
+            if not Path(image).is_file():
+                errors.append(f"{role}.scheduling_spec[0].image={image} does not exist; "
+                              "AReaL's SlurmScheduler runs every worker in `singularity exec <image>`")
+    return errors
+
+
+def check_datasets(econfig: Tau2TrainEnvConfig) -> list[str]:
+    """Every chosen domain has the chosen splits (reads tau2's split files)."""
+    errors = []
+    for domain in econfig.domain_weights():
+        try:
+            available = tau2_domain.splits(domain)
+        except ValueError as e:
+            errors.append(str(e))
+            continue
+        for split in (econfig.train_split, econfig.valid_split):
+            if split and split not in available:
+                errors.append(f"tau2 domain {domain!r} has no split {split!r} "
+                              f"(available: {', '.join(sorted(available))})")
+    return errors
+
+
+def check_training(config: Tau2PPOConfig, train_rows: int | None) -> list[str]:
+    """Settings that AReaL accepts but that break or silently spoil tau2 training."""
+    errors = []
+    econfig, agent = config.econfig, config.rollout.agent
+    if econfig.drop_uniform_groups and config.gconfig.n_samples < 2:
+        errors.append(f"econfig.drop_uniform_groups drops every group of gconfig.n_samples="
+                      f"{config.gconfig.n_samples} episode; use n_samples >= 2 or turn the filter off")
+    if agent.mode != "inline":
+        errors.append(f"rollout.agent.mode must be inline (Tau2AgentWorkflow takes the proxy's base_url, "
+                      f"api_key and http_client as arguments), got {agent.mode!r}")
+    if agent.export_style == "individual":
+        for name, norm in (("adv_norm", config.actor.adv_norm), ("reward_norm", config.actor.reward_norm)):
+            if norm is not None and "group" in (norm.mean_level, norm.std_level):
+                errors.append(f"actor.{name} uses group-level statistics, but with "
+                              "rollout.agent.export_style=individual an episode yields one row per "
+                              f"completion, so groups have no fixed size; set actor.{name}.mean_level=batch "
+                              "and std_level=batch")
+    if abs(econfig.temperature - config.actor.temperature) > 1e-9:
+        errors.append(f"econfig.temperature={econfig.temperature} differs from actor.temperature="
+                      f"{config.actor.temperature}, at which the trainer recomputes the sampled logprobs")
+    if config.rollout.request_timeout <= econfig.episode_timeout_s:
+        errors.append(f"rollout.request_timeout={config.rollout.request_timeout:g}s must exceed "
+                      f"econfig.episode_timeout_s={econfig.episode_timeout_s:g}s (it bounds a whole group)")
+    if not config.rollout.tokenizer_path:
+        errors.append("rollout.tokenizer_path must be set: AReaL's proxy applies the chat template itself")
+    if bool(econfig.valid_split) != (config.valid_dataset is not None):
+        errors.append("set both econfig.valid_split and a valid_dataset section, or neither "
+                      f"(got valid_split={econfig.valid_split!r}, valid_dataset="
+                      f"{'set' if config.valid_dataset is not None else 'null'})")
+    batch = config.train_dataset.batch_size
+    if train_rows is not None and config.train_dataset.drop_last and batch > train_rows:
+        errors.append(f"train_dataset.batch_size={batch} exceeds the {train_rows} training rows, so an epoch "
+                      "has no step (drop_last)")
+    return errors
+
+
+def validate(config: Tau2PPOConfig) -> list[str]:
+    """Every problem that would make the run fail or train on something unintended."""
+    errors = config.econfig.validate()
+    try:
+        uses = engine_uses(config)
+    except ValueError as e:
+        errors.append(str(e))
+        uses = []
+    errors += check_gpus(config, uses)
+    try:
+        shape = read_model_shape(config.actor.path)
+    except ValueError as e:
+        errors.append(str(e))
+        shape = None
+    if shape is not None:
+        errors += check_parallelism(shape, uses)
+    errors += check_user_simulator(config.econfig, config.scheduler.type)
+    errors += check_admin_key(config, gethostip())
+    errors += check_paths(config)
+    train_rows = None
+    if not config.econfig.choice_errors():  # otherwise the splits cannot be read
+        dataset_errors = check_datasets(config.econfig)
+        errors += dataset_errors
+        if not dataset_errors:
+            train_rows = len(tau2_dataset.train_rows(config.econfig, config.seed))
+    errors += check_training(config, train_rows)
+    return errors
