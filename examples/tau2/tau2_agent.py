@@ -75,6 +75,10 @@ def think(thought: str) -> str:
     return "Your thought has been logged."
 
 
+_THINK_TOOL = as_tool(think)
+_THINK_SCHEMA = _THINK_TOOL.openai_schema
+
+
 class _Cancelled(Exception):
     """The episode was abandoned (timeout); unwinds the orchestrator thread."""
 
@@ -135,14 +139,14 @@ class _PolicyTurn:
         bridge: _LoopBridge,
         stats: _EpisodeStats,
         config: Tau2EnvConfig,
-        tools: list[Tool],
+        schemas: list[dict[str, Any]],
         valid_tool_names: set[str],
     ):
         self.endpoint = endpoint
         self.bridge = bridge
         self.stats = stats
         self.config = config
-        self.schemas = [t.openai_schema for t in tools]
+        self.schemas = schemas
         self.valid_tool_names = valid_tool_names
 
     def generate(
@@ -229,7 +233,7 @@ class _ProxySoloAgent(LLMSoloAgent):
     def __init__(self, turn: _PolicyTurn, tools: list[Tool], domain_policy: str, task):
         super().__init__(tools=tools, domain_policy=domain_policy, task=task, llm="policy")
         self.turn = turn
-        turn.schemas = [t.openai_schema for t in self.tools]  # tau2 appended its `done` tool
+        turn.schemas = [*turn.schemas, self.tools[-1].openai_schema]  # tau2 appended its `done` tool
         turn.valid_tool_names.add(self.STOP_FUNCTION_NAME)
 
     def generate_next_message(self, message, state):  # type: ignore[override]
@@ -254,14 +258,15 @@ class _BridgedUser(UserSimulator):
     """tau2's UserSimulator (its prompts and role flipping) with its LLM call via our endpoint."""
 
     def __init__(self, endpoint: ChatEndpoint, bridge: _LoopBridge, stats: _EpisodeStats,
-                 config: Tau2EnvConfig, tools: list[Tool] | None, instructions: str):
+                 config: Tau2EnvConfig, tools: list[Tool] | None, schemas: list[dict[str, Any]] | None,
+                 instructions: str):
         super().__init__(tools=tools, instructions=instructions, llm=config.user_model,
                          llm_args=dict(config.user_llm_args))
         self.endpoint = endpoint
         self.bridge = bridge
         self.stats = stats
         self.retries = config.llm_retries
-        self.schemas = [t.openai_schema for t in tools] if tools else None
+        self.schemas = schemas
 
     def set_seed(self, seed: int) -> None:
         self.llm_args["seed"] = seed
@@ -487,21 +492,26 @@ def _episode_in_thread(
     task = tau2_domain.get_task(ref.domain, ref.task_id)
     env = tau2_domain.make_environment(ref.domain, solo_mode=cfg.solo_mode)
     stats = _EpisodeStats()
-    agent_tools = env.get_tools()
-    user_tools = env.get_user_tools() if env.user_tools else []
-    extra_tools = [as_tool(think)] if cfg.enable_think_tool else []
+    # Tool objects and schemas are shared by every episode of the domain (the agents only read their
+    # names and schemas); tau2 executes calls through this episode's `env`.
+    toolset = tau2_domain.tools(ref.domain)
+    agent_tools, agent_schemas = list(toolset.agent), list(toolset.agent_schemas)
     if cfg.solo_mode:
-        tools = agent_tools + user_tools
-        turn = _PolicyTurn(policy, bridge, stats, cfg, tools + extra_tools, {t.name for t in tools})
-        agent = _ProxySoloAgent(turn, tools + extra_tools, env.get_policy(), task)
+        agent_tools += toolset.user
+        agent_schemas += toolset.user_schemas
+    valid_names = {t.name for t in agent_tools}
+    if cfg.enable_think_tool:
+        agent_tools.append(_THINK_TOOL)
+        agent_schemas.append(_THINK_SCHEMA)
+    turn = _PolicyTurn(policy, bridge, stats, cfg, agent_schemas, valid_names)
+    if cfg.solo_mode:
+        agent: LLMAgent | LLMSoloAgent = _ProxySoloAgent(turn, agent_tools, env.get_policy(), task)
         user: UserSimulator = DummyUser()
     else:
         assert user_endpoint is not None
-        turn = _PolicyTurn(policy, bridge, stats, cfg, agent_tools + extra_tools,
-                           {t.name for t in agent_tools})
-        agent = _ProxyAgent(turn, agent_tools + extra_tools, env.get_policy())
-        user = _BridgedUser(user_endpoint, bridge, stats, cfg, user_tools or None,
-                            str(task.user_scenario))
+        agent = _ProxyAgent(turn, agent_tools, env.get_policy())
+        user = _BridgedUser(user_endpoint, bridge, stats, cfg, list(toolset.user) or None,
+                            list(toolset.user_schemas) or None, str(task.user_scenario))
     orch = Orchestrator(
         domain=ref.domain, agent=agent, user=user, environment=env, task=task,
         max_steps=cfg.max_steps, max_errors=cfg.max_errors, seed=seed, solo_mode=cfg.solo_mode,

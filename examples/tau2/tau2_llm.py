@@ -159,13 +159,15 @@ class ChatEndpoint:
     async def complete(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, **sampling: Any
     ) -> tuple[ChatCompletion, float]:
-        """One chat completion and its latency in seconds."""
-        kwargs: dict[str, Any] = {"model": self.model, "messages": messages, **sampling}
-        if self.headers:
-            kwargs["extra_headers"] = self.headers
+        """One chat completion and its latency in seconds.
+
+        The body is posted as built: it is already plain JSON, and the SDK's per-request
+        transformation of every message and tool schema would cost ~2.5 ms of CPU per call.
+        """
+        body: dict[str, Any] = {"model": self.model, "messages": messages, **sampling}
         if tools:
-            kwargs["tools"] = tools
-            kwargs.setdefault("tool_choice", "auto")
+            body["tools"] = tools
+            body.setdefault("tool_choice", "auto")
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self.retries + 1),
             wait=wait_exponential(multiplier=self.backoff_s, max=30.0),
@@ -177,7 +179,10 @@ class ChatEndpoint:
                 with attempt:
                     start = time.perf_counter()
                     try:
-                        completion = await self.client.chat.completions.create(**kwargs)
+                        completion = await self.client.post(
+                            "/chat/completions", cast_to=ChatCompletion, body=body,
+                            options={"headers": self.headers},
+                        )
                     except Exception:
                         self.failed_attempts += 1
                         raise

@@ -1,0 +1,402 @@
+"""tau2_cache: forks, digests, gold states and the cached evaluation against stock tau2.
+
+The equivalence tests score the same trajectory twice, with tau2's own `evaluate_simulation` (inside
+`tau2_cache.enabled(False)`) and with the cached path, and require identical `RewardInfo`s (reward,
+breakdown, every check and note) or the identical exception. Trajectories are built by executing
+actions on a real tau2 environment: the ground truth, nothing, the ground truth with one action
+dropped, with one argument altered, with one action repeated, and cut short by tau2's step limit.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import pickle
+import random
+import re
+import threading
+
+import pytest
+from tau2.data_model.message import AssistantMessage, Message, ToolCall, UserMessage
+from tau2.data_model.simulation import RewardInfo, SimulationRun, TerminationReason
+from tau2.data_model.tasks import Action, Task
+from tau2.utils.utils import get_dict_hash
+
+from examples.tau2 import tau2_cache, tau2_domain
+from tests.conftest import make_workflow, run_one
+
+# --------------------------------------------------------------------------------------------------
+# Trajectories
+
+
+def simulate(domain: str, task: Task, actions: list[Action], *, solo: bool = False,
+             termination: TerminationReason = TerminationReason.USER_STOP) -> SimulationRun:
+    """A consistent trajectory: `actions` executed in order on a fresh environment of the task."""
+    env = tau2_domain.make_environment(domain, solo_mode=solo)
+    init = task.initial_state
+    history: list[Message] = list(init.message_history or []) if init else []
+    if init is not None:
+        env.set_state(init.initialization_data, init.initialization_actions, history)
+    messages = list(history)
+    if not solo:
+        messages += [AssistantMessage(role="assistant", content="Hi! How can I help you today?"),
+                     UserMessage(role="user", content="I need help with my request.")]
+    for i, action in enumerate(actions):
+        requestor = "assistant" if solo else action.requestor
+        call = ToolCall(id=f"call_{i}", name=action.name, arguments=action.arguments, requestor=requestor)
+        role_cls = UserMessage if requestor == "user" else AssistantMessage
+        messages.append(role_cls(role=requestor, content=None, tool_calls=[call]))
+        messages.append(env.get_response(call))
+    criteria = task.evaluation_criteria
+    info = (criteria.communicate_info or []) if criteria else []
+    messages.append(AssistantMessage(role="assistant", content=" ".join(["All done.", *info])))
+    if not solo:
+        messages.append(UserMessage(role="user", content="Thanks. ###STOP###"))
+    return SimulationRun(id=f"sim-{task.id}", task_id=task.id, start_time="", end_time="", duration=0.0,
+                         termination_reason=termination, messages=messages)
+
+
+def _altered(action: Action) -> Action:
+    """The action with its first string argument changed (or an argument added)."""
+    args = dict(action.arguments)
+    key = next((k for k, v in args.items() if isinstance(v, str)), None)
+    if key is None:
+        args["unexpected"] = "x"
+    else:
+        args[key] = args[key] + "9"
+    return action.model_copy(update={"arguments": args})
+
+
+def variants(task: Task, solo: bool = False) -> dict[str, tuple[list[Action], TerminationReason]]:
+    """Passing and failing action lists for one task."""
+    gt = list(task.evaluation_criteria.actions or []) if task.evaluation_criteria else []
+    stop = TerminationReason.AGENT_STOP if solo else TerminationReason.USER_STOP
+    out = {"ground_truth": (gt, stop), "noop": ([], stop),
+           "max_steps": (gt, TerminationReason.MAX_STEPS)}
+    if gt:
+        out["drop_last"] = (gt[:-1], stop)
+        out["alter_last"] = (gt[:-1] + [_altered(gt[-1])], stop)
+        out["repeat_last"] = (gt + [gt[-1]], stop)
+    if len(gt) > 2:
+        out["drop_middle"] = (gt[: len(gt) // 2] + gt[len(gt) // 2 + 1:], stop)
+    return out
+
+
+def _score(domain: str, task: Task, sim: SimulationRun, solo: bool) -> RewardInfo | str:
+    try:
+        return tau2_domain.evaluate(sim, task, domain, solo)
+    except Exception as e:  # tau2 raises e.g. when a replayed tool result differs from the recorded one
+        return re.sub(r"timestamp: \S+", "timestamp: ...", f"{type(e).__name__}: {e}")
+
+
+def assert_same_as_stock(domain: str, task: Task, sim: SimulationRun, solo: bool = False) -> RewardInfo | str:
+    cached = _score(domain, task, sim, solo)
+    with tau2_cache.enabled(False):
+        stock = _score(domain, task, sim, solo)
+    if isinstance(stock, str) or isinstance(cached, str):
+        assert cached == stock
+        return cached
+    assert cached.reward == stock.reward
+    assert cached.reward_breakdown == stock.reward_breakdown
+    assert cached.model_dump() == stock.model_dump()
+    return cached
+
+
+def _check_domain_sample(domain: str, ids: list[str], solo: bool = False,
+                         kinds: set[str] | None = None) -> dict[str, float]:
+    rewards = {}
+    for task_id in ids:
+        task = tau2_domain.get_task(domain, task_id)
+        for name, (actions, termination) in variants(task, solo).items():
+            if kinds is not None and name not in kinds:
+                continue
+            sim = simulate(domain, task, actions, solo=solo, termination=termination)
+            result = assert_same_as_stock(domain, task, sim, solo)
+            rewards[f"{task_id}/{name}"] = result.reward if isinstance(result, RewardInfo) else -1.0
+    for snapshot in tau2_cache.domain_cache(domain).snapshots():
+        assert snapshot is None or snapshot.intact()
+    return rewards
+
+
+def _sample(domain: str, split: str, n: int) -> list[str]:
+    return sorted(random.Random(0).sample(tau2_domain.task_ids(domain, split), n))
+
+
+SAMPLES = {"airline": 3, "retail": 3, "telecom": 4}
+
+
+@pytest.mark.parametrize("domain", ["airline", "retail", "telecom"])
+def test_cached_rewards_equal_stock_on_sampled_tasks(domain):
+    rewards = _check_domain_sample(domain, _sample(domain, "test", SAMPLES[domain]))
+    # Both outcomes are covered, so a cache that always passed or always failed would be caught.
+    assert 1.0 in rewards.values() and 0.0 in rewards.values()
+
+
+def test_cached_rewards_equal_stock_on_every_mock_task():
+    rewards = _check_domain_sample("mock", tau2_domain.task_ids("mock", "all"))
+    assert 1.0 in rewards.values() and 0.0 in rewards.values()
+
+
+@pytest.mark.parametrize("domain", ["telecom", "mock"])
+def test_cached_rewards_equal_stock_in_solo_mode(domain):
+    ids = _sample(domain, "test", 3) if domain == "telecom" else ["create_task_1", "update_task_1"]
+    _check_domain_sample(domain, ids, solo=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("domain", ["airline", "retail", "telecom"])
+def test_cached_rewards_equal_stock_on_whole_test_split(domain):
+    # ~1.8 min for the three domains: a stock airline evaluation alone takes ~0.7 s.
+    _check_domain_sample(domain, tau2_domain.task_ids(domain, "test"),
+                         kinds={"ground_truth", "drop_last", "alter_last", "max_steps"})
+
+
+def test_tampered_tool_result_raises_like_stock():
+    task = tau2_domain.get_task("airline", "7")
+    sim = simulate("airline", task, list(task.evaluation_criteria.actions))
+    tool_msg = next(m for m in sim.messages if m.role == "tool")
+    tool_msg.content = tool_msg.content.replace("XEHM4B", "XEHM4C")
+    result = assert_same_as_stock("airline", task, sim)
+    assert isinstance(result, str) and result.startswith("ValueError: Tool call")
+
+
+def test_scanning_read_tools_leave_snapshot_intact_and_digest_like_stock_hash():
+    scans = {
+        "airline": [("search_direct_flight", {"origin": "JFK", "destination": "SEA", "date": "2024-05-20"}),
+                    ("search_onestop_flight", {"origin": "JFK", "destination": "SEA", "date": "2024-05-20"})],
+        "retail": [("find_user_id_by_email", {"email": "nobody@example.com"}),
+                   ("find_user_id_by_name_zip",
+                    {"first_name": "Yusuf", "last_name": "Rossi", "zip": "19122"}),
+                   ("list_all_product_types", {})],
+        "mock": [("get_users", {})],
+    }
+    for domain, calls in scans.items():
+        env = tau2_domain.make_environment(domain)
+        with tau2_cache.enabled(False):
+            stock_env = tau2_domain.make_environment(domain)
+        for name, args in calls:
+            call = ToolCall(id="c", name=name, arguments=args, requestor="assistant")
+            assert env.get_response(call).content == stock_env.get_response(call).content
+        agent, _ = tau2_cache.domain_cache(domain).snapshots()
+        assert agent.intact()
+        assert agent.digest(env.tools.db) == agent.digest(agent.db)  # scans changed nothing
+        assert env.get_db_hash() == stock_env.get_db_hash()
+
+
+# --------------------------------------------------------------------------------------------------
+# Forks and digests
+
+
+@pytest.fixture(scope="module")
+def airline_snapshot() -> tau2_cache.DbSnapshot:
+    agent, _ = tau2_cache.domain_cache("airline").snapshots()
+    assert agent is not None and agent.tables is not None
+    return agent
+
+
+def test_fork_copies_a_row_on_first_access_and_never_touches_the_snapshot(airline_snapshot):
+    snap_row = airline_snapshot.db.reservations["XEHM4B"]
+    a, b = airline_snapshot.fork(), airline_snapshot.fork()
+    assert tau2_cache.is_fork(a) and not tau2_cache.is_fork(airline_snapshot.db)
+    row = a.reservations["XEHM4B"]
+    assert row is not snap_row and row == snap_row and a.reservations["XEHM4B"] is row
+    row.status = "cancelled"
+    a.users[row.user_id].reservations.remove("XEHM4B")
+    assert snap_row.status != "cancelled" and b.reservations["XEHM4B"].status == snap_row.status
+    assert "XEHM4B" in b.users[row.user_id].reservations
+    assert airline_snapshot.intact()
+
+
+def test_fork_hands_out_copies_through_every_dict_method(airline_snapshot):
+    rows = airline_snapshot.tables["users"].rows
+    fork = airline_snapshot.fork()
+    key = next(iter(rows))
+    for taken in (fork.users.get(key), fork.users.setdefault(key, None)):
+        assert taken is not rows[key]
+    for plain in (dict(fork.users), {**fork.users}, fork.users.copy(), copy.copy(fork.users),
+                  copy.deepcopy(fork.users), pickle.loads(pickle.dumps(fork.users))):
+        assert type(plain) is dict and plain.keys() == rows.keys()
+        assert not any(plain[k] is rows[k] for k in rows)
+    other = airline_snapshot.fork()
+    popped = other.users.pop(key)
+    assert popped is not rows[key] and key not in other.users and key in rows
+    last_key, last = other.users.popitem()
+    assert last is not rows[last_key] and last_key not in other.users
+    assert other.users.get("no such user", "x") == "x" and other.users.pop("no such user", 1) == 1
+    assert airline_snapshot.intact()
+
+
+def test_digests_are_equal_exactly_when_tau2_hashes_are(airline_snapshot):
+    def edited(*edits) -> object:
+        db = airline_snapshot.fork()
+        for edit in edits:
+            edit(db)
+        return db
+
+    def set_status(s):
+        return lambda db: setattr(db.reservations["XEHM4B"], "status", s)
+
+    status = airline_snapshot.db.reservations["XEHM4B"].status
+    dbs = [
+        edited(),
+        edited(lambda db: db.users["mia_li_3668"]),  # read only: same state
+        edited(set_status("cancelled")),
+        edited(set_status("cancelled"), set_status(status)),  # changed and restored
+        edited(lambda db: db.reservations.pop("XEHM4B")),
+        edited(lambda db: db.reservations.__setitem__("NEW001", db.reservations["XEHM4B"].model_copy())),
+        edited(lambda db: setattr(db.flights["HAT001"], "origin", "JFK")),
+        edited(lambda db: db.users["mia_li_3668"].reservations.append("NEW001")),
+        type(airline_snapshot.db).model_validate(airline_snapshot.db.model_dump()),  # not a fork
+    ]
+    hashes = [get_dict_hash(db.model_dump()) for db in dbs]
+    digests = [airline_snapshot.digest(db) for db in dbs]
+    for i in range(len(dbs)):
+        for j in range(len(dbs)):
+            assert (digests[i] == digests[j]) == (hashes[i] == hashes[j]), (i, j)
+    assert len(set(hashes)) == 6  # the four unchanged ones are one state
+    assert airline_snapshot.intact()
+
+
+def test_databases_that_are_not_tables_are_forked_whole_and_digested_by_tau2_hash():
+    agent, user = tau2_cache.domain_cache("telecom").snapshots()
+    assert agent.tables is None and user.tables is None
+    fork = agent.fork()
+    assert fork is not agent.db and agent.digest(fork) == get_dict_hash(agent.db.model_dump())
+    fork.lines[0].roaming_enabled = not fork.lines[0].roaming_enabled
+    assert agent.digest(fork) == get_dict_hash(fork.model_dump()) != agent.digest(agent.db)
+    assert agent.intact()
+
+
+# --------------------------------------------------------------------------------------------------
+# Caching, threads, invalidation, switch
+
+
+def test_gold_state_built_once_per_task_and_bounded(monkeypatch):
+    cache = tau2_cache.DomainCache("retail", tau2_cache.domain_cache("retail").fingerprint)
+    tasks = [tau2_domain.get_task("retail", i) for i in tau2_domain.task_ids("retail", "test")[:3]]
+    for task in tasks + tasks:
+        cache.gold_state(task)
+    assert (cache.stats.gold_built, cache.stats.gold_reused) == (3, 3)
+    edited = tasks[0].model_copy(deep=True)
+    edited.evaluation_criteria.actions = edited.evaluation_criteria.actions[:-1]
+    assert cache.gold_state(edited) != cache.gold_state(tasks[0])  # keyed by content, not only by id
+    assert cache.stats.gold_built == 4
+
+    small = tau2_cache.DomainCache("retail", cache.fingerprint)
+    monkeypatch.setattr(tau2_cache, "MAX_GOLD_STATES", 2)
+    for task in tasks:
+        small.gold_state(task)
+    assert len(small._gold) == 2
+    small.gold_state(tasks[2])  # recently used: kept
+    small.gold_state(tasks[0])  # least recently used: was dropped, built again
+    assert (small.stats.gold_built, small.stats.gold_reused) == (4, 1)
+
+
+def test_concurrent_episodes_from_a_cold_cache_give_identical_results():
+    cases = []
+    for domain in ("airline", "retail", "telecom"):
+        for task_id in tau2_domain.task_ids(domain, "test")[:2]:
+            task = tau2_domain.get_task(domain, task_id)
+            for actions, termination in list(variants(task).values())[:4]:
+                cases.append((domain, task, simulate(domain, task, actions, termination=termination)))
+    expected = [tau2_domain.evaluate(sim, task, d, False).model_dump() for d, task, sim in cases]
+    tau2_cache.clear()
+    results: list[list[dict]] = [[] for _ in range(6)]
+
+    def worker(slot: int) -> None:
+        order = list(range(len(cases)))
+        random.Random(slot).shuffle(order)
+        out = {}
+        for i in order:
+            domain, task, sim = cases[i]
+            out[i] = tau2_domain.evaluate(sim, task, domain, False).model_dump()
+        results[slot] = [out[i] for i in range(len(cases))]
+
+    threads = [threading.Thread(target=worker, args=(s,)) for s in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert all(r == expected for r in results)
+    for domain in ("airline", "retail", "telecom"):
+        stats = tau2_cache.domain_cache(domain).stats
+        assert stats.snapshots_built == 1 and stats.gold_built == 2  # no duplicate builds under races
+
+
+def test_changed_data_file_rebuilds_the_domain_cache(monkeypatch, tmp_path):
+    data = tmp_path / "mock"
+    data.mkdir()
+    (data / "db.json").write_text("{}")
+    monkeypatch.setattr(tau2_cache, "domain_data_dir", lambda domain: data)
+    tau2_cache.clear()
+    first = tau2_cache.domain_cache("mock")
+    assert tau2_cache.domain_cache("mock") is first
+    env = first.environment()
+    (data / "db.json").write_text("{} ")  # size changes
+    second = tau2_cache.domain_cache("mock")
+    assert second is not first and tau2_cache.domain_cache("mock") is second
+    assert env.get_db_hash() == second.environment().get_db_hash()  # old forks keep working
+    fp = tau2_cache.DataFingerprint.of(data)
+    st = (data / "db.json").stat()
+    os.utime(data / "db.json", ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    assert tau2_cache.DataFingerprint.of(data) != fp  # mtime alone
+    fp = tau2_cache.DataFingerprint.of(data)
+    (data / "tasks.json").write_text("[]")
+    assert tau2_cache.DataFingerprint.of(data) != fp  # a new file
+    assert fp.tau2_version == tau2_cache.TAU2_VERSION
+
+
+def test_fingerprint_covers_the_installed_domain_files():
+    fp = tau2_cache.DataFingerprint.of(tau2_cache.domain_data_dir("airline"))
+    assert {path for path, _, _ in fp.files} >= {"db.json", "tasks.json", "policy.md", "split_tasks.json"}
+
+
+def test_switch_selects_stock_tau2_and_is_on_by_default():
+    assert tau2_cache.is_enabled()
+    assert tau2_domain.get_task("mock", "create_task_1") is tau2_domain.get_task("mock", "create_task_1")
+    assert tau2_cache.is_fork(tau2_domain.make_environment("mock").tools.db)
+    with tau2_cache.enabled(False):
+        assert not tau2_cache.is_enabled()
+        assert tau2_domain.get_task("mock", "create_task_1") is not tau2_domain.get_task(
+            "mock", "create_task_1")
+        assert not tau2_cache.is_fork(tau2_domain.make_environment("mock").tools.db)
+        assert tau2_domain.splits("mock") == {"all": tau2_domain.task_ids("mock", "all")}
+    assert tau2_cache.is_enabled()
+    assert tau2_domain.splits("telecom")["test"] == tau2_domain.task_ids("telecom", "test")
+
+
+@pytest.mark.parametrize("domain", ["airline", "telecom"])
+def test_tool_set_matches_a_fresh_environments_tools(domain):
+    cached = tau2_domain.tools(domain)
+    assert tau2_domain.tools(domain) is cached
+    with tau2_cache.enabled(False):
+        stock = tau2_domain.tools(domain)
+    for mine, theirs in ((cached.agent, stock.agent), (cached.user, stock.user)):
+        assert [t.name for t in mine] == [t.name for t in theirs]
+    assert cached.agent_schemas == stock.agent_schemas and cached.user_schemas == stock.user_schemas
+    assert (len(cached.user) > 0) == (domain == "telecom")
+
+
+def test_cache_only_runs_on_the_tau2_release_it_mirrors(monkeypatch):
+    assert tau2_cache.cache_supported(tau2_cache.MIRRORED_TAU2_VERSION)
+    assert not tau2_cache.cache_supported("26.4")
+    monkeypatch.setattr(tau2_cache, "TAU2_VERSION", "26.4")
+    with pytest.raises(RuntimeError, match="mirrors tau2"), tau2_cache.enabled(True):
+        pass
+
+
+# --------------------------------------------------------------------------------------------------
+# The workflow uses the cache
+
+
+@pytest.mark.parametrize("domain,task_id,policy", [("airline", "8", "oracle"), ("airline", "8", "noop"),
+                                                   ("retail", "5", "oracle")])
+def test_workflow_episodes_score_the_same_cached_and_stock(endpoint, domain, task_id, policy):
+    cache = tau2_cache.domain_cache(domain)
+    gold_before = cache.stats.gold_built + cache.stats.gold_reused
+    cached = run_one(make_workflow(endpoint, policy), endpoint, domain, task_id)
+    assert cache.stats.gold_built + cache.stats.gold_reused == gold_before + 1  # the cached path ran
+    with tau2_cache.enabled(False):
+        stock = run_one(make_workflow(endpoint, policy), endpoint, domain, task_id)
+    assert (cached.reward, cached.reward_breakdown) == (stock.reward, stock.reward_breakdown)
+    assert cached.tau2_reward == (1.0 if policy == "oracle" else 0.0)
