@@ -22,49 +22,25 @@ import contextlib
 import gc
 import random
 import resource
-import socket
 import statistics
-import subprocess
 import sys
 import time
 import tracemalloc
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-import httpx
 from tau2.data_model.message import AssistantMessage, Message, ToolCall, UserMessage
 from tau2.data_model.simulation import SimulationRun, TerminationReason
 from tau2.data_model.tasks import Action, Task
 
 from examples.tau2 import tau2_cache, tau2_domain
+from examples.tau2.scripted_endpoint import EndpointProcess
 from examples.tau2.tau2_agent import Tau2AgentWorkflow
 from examples.tau2.tau2_utils import EpisodeResult, Termination
 
 DOMAINS = ("airline", "retail", "telecom")
 POLICIES = ("oracle", "noop")
 MODES = ("stock", "cached")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_endpoint() -> tuple[subprocess.Popen, str]:
-    """The scripted endpoint in its own process, so its CPU is not counted here."""
-    port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "examples.tau2.scripted_endpoint", "--port", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                return proc, f"http://127.0.0.1:{port}/v1"
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    proc.kill()
-    raise RuntimeError("scripted endpoint did not start within 120 s")
 
 
 def cpu_s() -> float:
@@ -277,8 +253,8 @@ def main() -> int:
              for d in DOMAINS}
     tau2_cache.clear()  # the stock pass runs as a stock process would: no cache in memory
 
-    proc, url = start_endpoint()
-    try:
+    with EndpointProcess() as endpoint:
+        url = endpoint.url
         with mode("stock"):
             stock_eps = asyncio.run(run_workflow_episodes(url, tasks))
             # The trajectories tau2 scored, plus failing variants of the ground truth.
@@ -306,9 +282,6 @@ def main() -> int:
         with mode("cached"):
             cached_eps = asyncio.run(run_workflow_episodes(url, tasks))
             cached_costs = [tau2_part(d, sim) for d, _, sim in trajectories]
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
 
     print("\n## workflow episodes: CPU s per episode of this process, all threads (the scripted endpoint "
           "runs in another process); in parentheses the part spent in garbage collection")

@@ -15,16 +15,12 @@ import argparse
 import asyncio
 import os
 import resource
-import socket
 import statistics
-import subprocess
-import sys
 import time
 from dataclasses import dataclass
 
-import httpx
-
 from examples.tau2 import tau2_domain
+from examples.tau2.scripted_endpoint import EndpointProcess
 from examples.tau2.tau2_agent import Tau2AgentWorkflow
 
 
@@ -44,27 +40,6 @@ class Run:
     @property
     def eps_per_s(self) -> float:
         return self.episodes / self.wall_s
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_endpoint() -> tuple[subprocess.Popen, str]:
-    port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "examples.tau2.scripted_endpoint", "--port", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                return proc, f"http://127.0.0.1:{port}/v1"
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    proc.kill()
-    raise RuntimeError("scripted endpoint did not start within 60 s")
 
 
 async def _lag_monitor(samples: list[float], stop: asyncio.Event, period: float = 0.01) -> None:
@@ -99,8 +74,8 @@ def rows_for(domain: str, n: int) -> list[dict]:
 
 
 async def main_async(args: argparse.Namespace) -> None:
-    proc, url = start_endpoint()
-    try:
+    with EndpointProcess() as endpoint:
+        url = endpoint.url
         rows = rows_for(args.domain, args.episodes)
         await run_batch("warm-up", url, rows[:4], 0, 8)  # imports, task caches, first env builds
         small_pool = min(32, (os.cpu_count() or 1) + 4)
@@ -114,9 +89,6 @@ async def main_async(args: argparse.Namespace) -> None:
         for domain in ("airline", "retail", "telecom"):
             per_domain.append((domain, await run_batch(domain, url, rows_for(domain, args.per_domain), 0,
                                                        args.per_domain)))
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
 
     print(f"\n{args.episodes} concurrent {args.domain} episodes, scripted policy and user at "
           f"{args.latency_ms} ms per call ({os.cpu_count()} CPUs)")

@@ -41,6 +41,9 @@ import collections
 import hashlib
 import json
 import re
+import socket
+import subprocess
+import sys
 import threading
 import time
 import urllib.parse
@@ -48,6 +51,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
 from aiohttp import web
 
 from examples.tau2 import tau2_domain
@@ -277,6 +281,46 @@ class ScriptedEndpoint:
         if task is None:
             return _completion(model, content=REFUSAL)
         return _completion(model, **oracle_reply(task, messages, tool_names))
+
+
+class EndpointProcess:
+    """Runs the endpoint in its own process on 127.0.0.1 (benchmarks: its CPU is not counted)."""
+
+    def __init__(self, start_timeout_s: float = 120.0):
+        self.start_timeout_s = start_timeout_s
+        self.port = 0
+        self._proc: subprocess.Popen | None = None
+
+    def __enter__(self) -> EndpointProcess:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "examples.tau2.scripted_endpoint", "--port", str(self.port)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + self.start_timeout_s
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=1).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        self.__exit__()
+        raise RuntimeError(f"scripted endpoint did not start within {self.start_timeout_s:.0f} s")
+
+    def __exit__(self, *exc: object) -> None:
+        if self._proc is not None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+            self._proc = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
 
 
 class EndpointThread:

@@ -422,7 +422,7 @@ class Tau2AgentWorkflow:
         seed = data.get("seed")
         job = loop.run_in_executor(
             _episode_executor(cfg.max_concurrent_episodes),
-            _run_episode_sync, ref, cfg, policy, user, bridge,
+            _in_busy_slot, bridge, _episode_in_thread, ref, cfg, policy, user, bridge,
             int(seed) if seed is not None else None,
         )
         try:
@@ -466,17 +466,10 @@ class Tau2AgentWorkflow:
         self._clients.clear()
 
 
-def _run_episode_sync(
-    ref: TaskRef,
-    cfg: Tau2EnvConfig,
-    policy: ChatEndpoint,
-    user_endpoint: ChatEndpoint | None,
-    bridge: _LoopBridge,
-    seed: int | None,
-) -> EpisodeResult:
-    """The orchestrator thread: holds a busy slot except while it waits for an LLM reply."""
+def _in_busy_slot(bridge: _LoopBridge, fn: Any, *args: Any) -> Any:
+    """Run `fn` holding a busy slot; the bridge gives it up while waiting for LLM replies."""
     with bridge.busy:
-        return _episode_in_thread(ref, cfg, policy, user_endpoint, bridge, seed)
+        return fn(*args)
 
 
 def _episode_in_thread(
