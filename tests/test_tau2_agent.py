@@ -293,21 +293,3 @@ def test_subprocess_mode_reads_endpoint_from_environment(endpoint, monkeypatch):
     assert asyncio.run(go()) == 1.0
     policy = [r for r in endpoint.endpoint.recent if r.model == "oracle"][-1]
     assert policy.headers["Authorization"] == "Bearer sk-from-env"
-
-
-def test_busy_thread_limit_serialises_tau2_work_without_leaking_slots(endpoint):
-    wf = make_workflow(endpoint, "oracle", max_busy_episode_threads=1)
-
-    async def go():
-        try:
-            return await asyncio.gather(*[
-                wf.run_episode({"domain": "retail", "task_id": t}, base_url=endpoint.url, api_key="k")
-                for t in ("0", "1", "2")
-            ])
-        finally:
-            await wf.aclose()
-
-    assert [r.reward for r in asyncio.run(go())] == [1.0, 1.0, 1.0]
-    slots = tau2_agent._busy_semaphore(1)
-    assert slots.acquire(blocking=False)  # the one slot is free again
-    slots.release()

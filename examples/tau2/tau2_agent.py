@@ -84,15 +84,10 @@ class _Cancelled(Exception):
 
 
 class _LoopBridge:
-    """Runs coroutines on the episode's event loop from tau2's orchestrator thread.
+    """Runs coroutines on the episode's event loop from tau2's orchestrator thread."""
 
-    The thread holds a slot of `busy` while it runs tau2 code and gives it up while it waits, so only
-    a few threads compete with the event loop for the GIL however many episodes are in flight.
-    """
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, busy: threading.Semaphore):
+    def __init__(self, loop: asyncio.AbstractEventLoop):
         self.loop = loop
-        self.busy = busy
         self.cancelled = threading.Event()
         self._pending: set[concurrent.futures.Future[Any]] = set()
         self._lock = threading.Lock()
@@ -104,13 +99,11 @@ class _LoopBridge:
         fut = asyncio.run_coroutine_threadsafe(coro, self.loop)
         with self._lock:
             self._pending.add(fut)
-        self.busy.release()
         try:
             return fut.result()
         except concurrent.futures.CancelledError:
             raise _Cancelled() from None
         finally:
-            self.busy.acquire()
             with self._lock:
                 self._pending.discard(fut)
 
@@ -327,17 +320,7 @@ _TERMINATIONS = {
 }
 
 _executors: dict[int, concurrent.futures.ThreadPoolExecutor] = {}
-_busy_slots: dict[int, threading.Semaphore] = {}
 _executors_lock = threading.Lock()
-
-
-def _busy_semaphore(size: int) -> threading.Semaphore:
-    """Process-wide limit on threads running tau2 code at once (0 = number of CPUs)."""
-    size = size or os.cpu_count() or 1
-    with _executors_lock:
-        if size not in _busy_slots:
-            _busy_slots[size] = threading.Semaphore(size)
-        return _busy_slots[size]
 
 
 def _episode_executor(max_workers: int) -> concurrent.futures.ThreadPoolExecutor:
@@ -418,11 +401,11 @@ class Tau2AgentWorkflow:
         for endpoint in (policy, user):
             if endpoint is not None:
                 endpoint.headers = headers
-        bridge = _LoopBridge(loop, _busy_semaphore(cfg.max_busy_episode_threads))
+        bridge = _LoopBridge(loop)
         seed = data.get("seed")
         job = loop.run_in_executor(
             _episode_executor(cfg.max_concurrent_episodes),
-            _in_busy_slot, bridge, _episode_in_thread, ref, cfg, policy, user, bridge,
+            _episode_in_thread, ref, cfg, policy, user, bridge,
             int(seed) if seed is not None else None,
         )
         try:
@@ -464,12 +447,6 @@ class Tau2AgentWorkflow:
         for c in self._clients.values():
             await c.aclose()
         self._clients.clear()
-
-
-def _in_busy_slot(bridge: _LoopBridge, fn: Any, *args: Any) -> Any:
-    """Run `fn` holding a busy slot; the bridge gives it up while waiting for LLM replies."""
-    with bridge.busy:
-        return fn(*args)
 
 
 def _episode_in_thread(

@@ -67,7 +67,7 @@ EVAL_OWNED_FIELDS = ("agent_model", "max_concurrent_episodes", "dump_dir")
 """Tau2EnvConfig fields the evaluation sets itself (--policy-model, --concurrency, <output-dir>/dumps)."""
 OPERATIONAL_FIELDS = (
     "user_base_url", "user_api_key_env", "episode_timeout_s", "request_timeout_s", "llm_retries",
-    "retry_backoff_s", "max_concurrent_episodes", "max_busy_episode_threads", "dump_dir", "tau2_log_level",
+    "retry_backoff_s", "max_concurrent_episodes", "dump_dir", "tau2_log_level",
 )
 """Fields that change where or how robustly episodes run, not what they score: recorded, not compared."""
 

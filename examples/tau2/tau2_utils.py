@@ -118,9 +118,6 @@ class Tau2EnvConfig:
     """First backoff; doubles per retry (capped at 30 s)."""
     max_concurrent_episodes: int = 512
     """Threads per process that run tau2's synchronous orchestrator; more episodes wait for one."""
-    max_busy_episode_threads: int = 0
-    """How many of those threads may run tau2 code at once (the rest wait for LLM replies or a slot);
-    bounds the GIL contention that delays AReaL's event loop. 0 = the number of CPUs."""
 
     dump_dir: str = ""
     """Directory for per-episode dumps (JSON + readable text). Empty: no dumps."""
@@ -154,8 +151,7 @@ class Tau2EnvConfig:
             errors.append("llm_retries and retry_backoff_s must be >= 0")
         if self.max_concurrent_episodes <= 0:
             errors.append("max_concurrent_episodes must be positive")
-        if self.max_busy_episode_threads < 0:
-            errors.append("max_busy_episode_threads must be >= 0 (0 = number of CPUs)")
+
         if self.tau2_log_level.upper() not in ("TRACE", "DEBUG", "INFO", "SUCCESS", "WARNING",
                                                "ERROR", "CRITICAL", "OFF"):
             errors.append(f"tau2_log_level {self.tau2_log_level!r} is not a loguru level or OFF")
