@@ -116,8 +116,10 @@ class Tau2EnvConfig:
     """Retries of a failed LLM request (5xx, 429, timeout, refused), with exponential backoff."""
     retry_backoff_s: float = 1.0
     """First backoff; doubles per retry (capped at 30 s)."""
-    max_concurrent_episodes: int = 512
-    """Threads per process that run tau2's synchronous orchestrator; more episodes wait for one."""
+    max_concurrent_episodes: int = 32
+    """Threads per process that run tau2's synchronous orchestrator; more episodes wait for a thread.
+    Measured on 2 cores at 200 ms per LLM call (bench/RESULTS.md): throughput peaks near 32; at 64+
+    GIL contention triples the CPU per episode and the event-loop lag grows 10-100x."""
 
     dump_dir: str = ""
     """Directory for per-episode dumps (JSON + readable text). Empty: no dumps."""
