@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import shutil
 import signal
 import subprocess
@@ -146,14 +147,23 @@ def test_rejected_trials_are_retried_on_resume(endpoint, tmp_path, closed_port):
     assert [s["operational"]["user_base_url"] for s in sessions] == [down, endpoint.url]
 
 
-def test_resume_after_a_half_written_line_gives_identical_results(endpoint, mixed_run, tmp_path, caplog):
+def test_resume_after_a_half_written_line_gives_identical_results(endpoint, mixed_run, tmp_path):
+    # A handler on the module's own logger: AReaL's getLogger (imported by other tests) swaps the root
+    # logger, so pytest's caplog on the current root would not see this logger's records.
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    tau2_eval.logger.addHandler(handler)
     out = tmp_path / "resumed"
     out.mkdir()
     shutil.copy(mixed_run / "run.json", out / "run.json")
     kept = (mixed_run / "trials.jsonl").read_text().splitlines(keepends=True)
     (out / "trials.jsonl").write_text("".join(kept[:4]) + kept[4][: len(kept[4]) // 2])
-    assert main(cli(endpoint, out, MIXED, "--trials", "3")) == 0
-    assert "half-written last line" in caplog.text
+    try:
+        assert main(cli(endpoint, out, MIXED, "--trials", "3")) == 0
+    finally:
+        tau2_eval.logger.removeHandler(handler)
+    assert any("half-written last line" in r.getMessage() for r in records)
     assert report(out) == report(mixed_run)
     recorded = lines(out)  # every line parses: the torn one was cut, not appended to
     assert len(recorded) == 9 and recorded[:4] == [json.loads(x) for x in kept[:4]]
