@@ -293,3 +293,11 @@ def test_subprocess_mode_reads_endpoint_from_environment(endpoint, monkeypatch):
     assert asyncio.run(go()) == 1.0
     policy = [r for r in endpoint.endpoint.recent if r.model == "oracle"][-1]
     assert policy.headers["Authorization"] == "Bearer sk-from-env"
+
+
+def test_evaluator_error_from_domain_state_is_scored_zero_with_reason(endpoint):
+    # The task's env assertion looks up a task the policy never created; tau2's evaluator raises.
+    r = run_one(make_workflow(endpoint, "noop"), endpoint, "mock", "create_task_1_with_env_assertions")
+    assert r.reward == 0.0 and "evaluator raised ValueError" in r.note
+    ok = run_one(make_workflow(endpoint, "oracle"), endpoint, "mock", "create_task_1_with_env_assertions")
+    assert ok.reward == 1.0 and ok.note == ""

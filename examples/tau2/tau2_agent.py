@@ -32,7 +32,7 @@ from tau2.data_model.message import (
     ToolMessage,
     UserMessage,
 )
-from tau2.data_model.simulation import SimulationRun, TerminationReason
+from tau2.data_model.simulation import RewardInfo, SimulationRun, TerminationReason
 from tau2.environment.tool import Tool, as_tool
 from tau2.orchestrator.orchestrator import Orchestrator
 from tau2.user.base import UserState
@@ -496,7 +496,18 @@ def _episode_in_thread(
     except _Cancelled:
         raise EpisodeRejected(RejectReason.TIMEOUT, "episode cancelled") from None
     run_s = time.perf_counter() - start
-    reward_info = tau2_domain.evaluate(simulation, task, ref.domain, cfg.solo_mode)
+    eval_note = ""
+    try:
+        reward_info = tau2_domain.evaluate(simulation, task, ref.domain, cfg.solo_mode)
+    except Exception as e:
+        if not _raised_by_domain_code(e):
+            raise
+        # tau2's environment assertions call domain functions on the final state, and those raise when
+        # the episode never created what they inspect (mock: "Task task_2 not found"). That is the
+        # policy's outcome, so it is scored 0, with the reason recorded; any other error is a bug.
+        eval_note = f"tau2's evaluator raised {type(e).__name__}: {e}; scored 0"
+        logger.warning("tau2 %s/%s: %s", ref.domain, ref.task_id, eval_note)
+        reward_info = RewardInfo(reward=0.0, info={"note": eval_note})
     eval_s = time.perf_counter() - start - run_s
     breakdown = {str(getattr(k, "value", k)): float(v)
                  for k, v in (reward_info.reward_breakdown or {}).items()}
@@ -524,8 +535,14 @@ def _episode_in_thread(
         wall_s=time.perf_counter() - start,
         eval_s=eval_s,
         messages=[m.model_dump(mode="json", exclude={"raw_data"}) for m in simulation.messages],
-        note=invalid.detail if invalid else "",
+        note="; ".join(n for n in (invalid.detail if invalid else "", eval_note) if n),
     )
+
+
+def _raised_by_domain_code(exc: BaseException) -> bool:
+    """Whether the innermost frame of the exception is in a tau2 domain's own code (its tools)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    return bool(frames) and f"{os.sep}tau2{os.sep}domains{os.sep}" in frames[-1].filename
 
 
 def _count_rejection(reason: RejectReason) -> None:
