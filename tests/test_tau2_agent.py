@@ -301,3 +301,23 @@ def test_evaluator_error_from_domain_state_is_scored_zero_with_reason(endpoint):
     assert r.reward == 0.0 and "evaluator raised ValueError" in r.note
     ok = run_one(make_workflow(endpoint, "oracle"), endpoint, "mock", "create_task_1_with_env_assertions")
     assert ok.reward == 1.0 and ok.note == ""
+
+
+def test_waiting_for_a_thread_does_not_count_against_the_episode_budget(endpoint):
+    # One thread, five ~1.5 s episodes: the last finishes ~7 s after submission, each within its own 4 s.
+    wf = make_workflow(endpoint, "oracle@150", user_model="user@150", max_concurrent_episodes=1,
+                       episode_timeout_s=4.0)
+
+    async def go():
+        try:
+            return await asyncio.gather(*[
+                wf.run_episode({"domain": "airline", "task_id": "7"}, base_url=endpoint.url, api_key="k")
+                for _ in range(5)
+            ])
+        finally:
+            await wf.aclose()
+
+    start = time.monotonic()
+    results = asyncio.run(go())
+    assert [r.reward for r in results] == [1.0] * 5
+    assert time.monotonic() - start > 4.0  # the budget would have run out had the queue counted

@@ -88,6 +88,8 @@ class _LoopBridge:
 
     def __init__(self, loop: asyncio.AbstractEventLoop):
         self.loop = loop
+        self.started = asyncio.Event()
+        """Set when a thread picks the episode up: the episode's time budget starts then."""
         self.cancelled = threading.Event()
         self._pending: set[concurrent.futures.Future[Any]] = set()
         self._lock = threading.Lock()
@@ -409,6 +411,10 @@ class Tau2AgentWorkflow:
             int(seed) if seed is not None else None,
         )
         try:
+            # Waiting for a free thread does not count against the episode's budget.
+            waiter = asyncio.ensure_future(bridge.started.wait())
+            await asyncio.wait([job, waiter], return_when=asyncio.FIRST_COMPLETED)
+            waiter.cancel()
             result = await asyncio.wait_for(job, timeout=cfg.episode_timeout_s)
         except TimeoutError:
             bridge.cancel()
@@ -458,6 +464,7 @@ def _episode_in_thread(
     seed: int | None,
 ) -> EpisodeResult:
     """Build tau2's objects, run tau2's Orchestrator, evaluate."""
+    bridge.loop.call_soon_threadsafe(bridge.started.set)
     start, start_time = time.perf_counter(), get_now()
     task = tau2_domain.get_task(ref.domain, ref.task_id)
     env = tau2_domain.make_environment(ref.domain, solo_mode=cfg.solo_mode)

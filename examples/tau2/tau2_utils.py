@@ -109,7 +109,8 @@ class Tau2EnvConfig:
     """reward = (1-a) * tau2_reward + a * mean(tau2 reward breakdown). 0 keeps tau2's exact reward."""
 
     episode_timeout_s: float = 1800.0
-    """Wall-clock budget of one episode; past it the episode is rejected (never scored)."""
+    """Wall-clock budget of one episode from when a thread picks it up (waiting for a thread does not
+    count); past it the episode is rejected (never scored)."""
     request_timeout_s: float = 300.0
     """Timeout of one LLM request (policy or user)."""
     llm_retries: int = 3
