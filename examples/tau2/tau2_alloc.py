@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from areal.api.alloc_mode import ModelAllocation, _AllocationMode
 from areal.api.cli_args import SchedulingStrategyType
 
+from examples.tau2.tau2_utils import first_line
+
 INFERENCE_BACKENDS = ("sglang", "vllm")
 TRAIN_BACKENDS = ("fsdp", "megatron", "archon")
 
@@ -23,10 +25,6 @@ class EngineBackends:
 
     rollout: str
     train: str
-
-
-def _first_line(e: Exception) -> str:
-    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
 
 
 def _split_components(mode: str) -> list[str]:
@@ -54,7 +52,7 @@ def parse_backend(spec: str) -> ModelAllocation:
     try:
         return ModelAllocation.from_str(spec)
     except Exception as e:  # lark and AReaL raise several types, all meaning "bad string"
-        raise ValueError(f"backend {spec!r} does not parse: {_first_line(e)}") from None
+        raise ValueError(f"backend {spec!r} does not parse: {first_line(e)}") from None
 
 
 def split_allocation_mode(mode: str) -> EngineBackends:
@@ -62,7 +60,7 @@ def split_allocation_mode(mode: str) -> EngineBackends:
     try:
         parsed = _AllocationMode.from_str(mode)
     except Exception as e:
-        raise ValueError(f"allocation_mode {mode!r} does not parse: {_first_line(e)}") from None
+        raise ValueError(f"allocation_mode {mode!r} does not parse: {first_line(e)}") from None
     if any(a.scheduling_strategy.type == SchedulingStrategyType.colocation for a in parsed.allocations):
         raise ValueError(
             f"allocation_mode {mode!r} colocates engines with '|', which this training entry does not "

@@ -24,7 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from examples.tau2.tau2_alloc import EngineBackends, parse_backend, same_allocation, split_allocation_mode
-from examples.tau2.tau2_utils import DOMAINS, SOLO_DOMAINS, Tau2EnvConfig
+from examples.tau2.tau2_utils import DOMAINS, SOLO_DOMAINS, Tau2EnvConfig, first_line
 
 ALLOCATION_KEY = "allocation_mode"
 BACKEND_KEYS = ("rollout.backend", "actor.backend", "ref.backend")
@@ -111,11 +111,6 @@ class LoadedConfig:
     """What `allocation_mode` was translated into."""
 
 
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
-
-
 def _override_key(override: str) -> str:
     return override.split("=", 1)[0].lstrip("+~")
 
@@ -138,22 +133,32 @@ def _compose(config_file: Path, overrides: list[str]) -> DictConfig:
         raw, _ = parse_cli_args(["--config", str(config_file), *overrides])
     except (HydraException, OmegaConfBaseException, ValueError) as e:
         hint = " (keys absent from the YAML need ++key=value)" if "Could not override" in str(e) else ""
-        raise ConfigError(f"cannot compose {config_file} with {overrides}: {_first_line(e)}{hint}") from None
+        raise ConfigError(f"cannot compose {config_file} with {overrides}: {first_line(e)}{hint}") from None
     return raw
 
 
-def load_config(argv: list[str]) -> LoadedConfig:
-    """`[script.py] --config FILE [overrides...]` -> config, without side effects. Raises ConfigError."""
-    argv = list(argv[1:] if argv and argv[0].endswith(".py") else argv)
+def split_config_argv(
+    argv: list[str], usage: str, error: type[ConfigError]
+) -> tuple[Path, list[str]]:
+    """`--config FILE [overrides...]` -> (existing absolute config path, overrides); raises `error`."""
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--config", required=True)
     try:
         args, rest = parser.parse_known_args(argv)
     except SystemExit:
-        raise ConfigError("usage: tau2_train.py --config FILE [key=value ...] [--dry-run]") from None
+        raise error(usage) from None
     config_file = Path(args.config).absolute()
     if not config_file.is_file():
-        raise ConfigError(f"config file {config_file} does not exist")
+        raise error(f"config file {config_file} does not exist")
+    return config_file, rest
+
+
+def load_config(argv: list[str]) -> LoadedConfig:
+    """`[script.py] --config FILE [overrides...]` -> config, without side effects. Raises ConfigError."""
+    argv = list(argv[1:] if argv and argv[0].endswith(".py") else argv)
+    config_file, rest = split_config_argv(
+        argv, "usage: tau2_train.py --config FILE [key=value ...] [--dry-run]", ConfigError
+    )
 
     cli_mode = ""
     overrides = []
@@ -181,7 +186,7 @@ def load_config(argv: list[str]) -> LoadedConfig:
     try:
         config: Any = OmegaConf.to_object(to_structured_cfg(raw, config_cls=Tau2PPOConfig))
     except (OmegaConfBaseException, ValueError, TypeError) as e:
-        raise ConfigError(f"invalid config: {_first_line(e)}") from None
+        raise ConfigError(f"invalid config: {first_line(e)}") from None
     return LoadedConfig(config=config, argv=["--config", str(config_file), *overrides],
                         config_file=config_file, allocation_mode=mode, backends=backends)
 

@@ -54,6 +54,7 @@ from examples.tau2.tau2_utils import (
     EpisodeResult,
     Tau2EnvConfig,
     dump_json,
+    first_line,
     write_atomic,
 )
 
@@ -161,8 +162,7 @@ def load_econfig(path: Path) -> dict[str, Any]:
         resolved = OmegaConf.to_container(section, resolve=True)
         econfig = {k: resolved[k] for k in keys}
     except (OmegaConfBaseException, yaml.YAMLError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ValueError(f"cannot read the `econfig` section of {path}: {first}") from None
+        raise ValueError(f"cannot read the `econfig` section of {path}: {first_line(e)}") from None
     ignored = sorted(str(k) for k in section if str(k) not in fields)
     if ignored:
         logger.info("%s: econfig keys that are not episode settings, not used: %s", path, ", ".join(ignored))

@@ -6,7 +6,6 @@ dataclass named by module path, which must be importable there.
 
 from __future__ import annotations
 
-import argparse
 import copy
 import socket
 import urllib.parse
@@ -15,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from examples.tau2 import tau2_dataset
-from examples.tau2.tau2_config import Tau2PPOConfig
+from examples.tau2.tau2_config import ConfigError, Tau2PPOConfig, split_config_argv
+from examples.tau2.tau2_utils import first_line
 from examples.tau2.tiny_model import TinyModelRecipe
 
 
@@ -38,7 +38,7 @@ class Tau2SmokeConfig(Tau2PPOConfig):
     smoke: SmokeConfig = field(default_factory=SmokeConfig)
 
 
-class SmokeConfigError(ValueError):
+class SmokeConfigError(ConfigError):
     """The command line or the YAML cannot become a smoke config; the message is one sentence."""
 
 
@@ -47,21 +47,14 @@ def load_smoke_config(argv: list[str]) -> tuple[Tau2SmokeConfig, Path, list[str]
     from areal.api.cli_args import parse_cli_args, to_structured_cfg
     from omegaconf import OmegaConf
 
-    parser = argparse.ArgumentParser(prog="tau2_smoke", add_help=False)
-    parser.add_argument("--config", required=True)
-    try:
-        args, overrides = parser.parse_known_args(argv)
-    except SystemExit:
-        raise SmokeConfigError("usage: tau2_smoke --config FILE [key=value ...]") from None
-    config_file = Path(args.config).absolute()
-    if not config_file.is_file():
-        raise SmokeConfigError(f"config file {config_file} does not exist")
+    config_file, overrides = split_config_argv(
+        argv, "usage: tau2_smoke --config FILE [key=value ...]", SmokeConfigError
+    )
     try:
         raw, _ = parse_cli_args(["--config", str(config_file), *overrides])
         config: Any = OmegaConf.to_object(to_structured_cfg(raw, config_cls=Tau2SmokeConfig))
     except Exception as e:  # Hydra / OmegaConf errors: report their first line
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        raise SmokeConfigError(f"cannot load {config_file} with {overrides}: {first}") from None
+        raise SmokeConfigError(f"cannot load {config_file} with {overrides}: {first_line(e)}") from None
     return config, config_file, overrides
 
 

@@ -236,6 +236,12 @@ class EpisodeResult:
         return d
 
 
+def first_line(e: BaseException) -> str:
+    """An exception's first message line (Hydra/OmegaConf/AReaL errors run to many lines)."""
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
 def shape_reward(
     tau2_reward: float,
     breakdown: dict[str, float],
