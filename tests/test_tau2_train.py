@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import psutil
+import pytest
 from areal.utils.dynamic_import import import_from_string
 
 from examples.tau2.tau2_agent import Tau2AgentWorkflow
@@ -150,6 +151,7 @@ def test_script_usage_and_refusals(tmp_path):
     assert status.returncode == 1
 
 
+@pytest.mark.slow
 def test_script_dry_run_passes_overrides(tmp_path, endpoint):
     # No admin key given: the script passes a fresh one, as local and slurm do.
     overrides = [o for o in clean_overrides(tmp_path, endpoint.url) if "admin_api_key" not in o]
@@ -196,6 +198,7 @@ exec {sys.executable} "$@"
     return str(wrapper), str(argv_file)
 
 
+@pytest.mark.slow
 def test_user_server_start_waits_for_health_and_stop_ends_its_group(tmp_path, closed_port):
     python, argv_file = fake_gpu_python(tmp_path)
     env = {"TAU2_PYTHON": python, "TAU2_RUN_DIR": str(tmp_path / "run"), "TAU2_USER_GPUS": "2,3",

@@ -1,4 +1,4 @@
-"""Config validation, reward shaping, atomic writes, tau2 log routing."""
+"""Config validation, reward shaping, atomic writes, the runtime set-up (tau2 log routing)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from examples.tau2.tau2_utils import (
     TaskRef,
     Tau2EnvConfig,
     Termination,
-    configure_tau2_logging,
+    setup_runtime,
     shape_reward,
     write_atomic,
 )
@@ -32,9 +32,16 @@ OK = dict(user_base_url="http://127.0.0.1:1/v1", user_model="u")
     ({"tau2_log_level": "LOUD"}, "is not a loguru level"),
 ])
 def test_each_invalid_setting_is_named(overrides, message):
+    cfg = Tau2EnvConfig(**{**OK, **overrides})  # construction never raises: all problems are listed
+    assert any(message in e for e in cfg.validate())
     with pytest.raises(ValueError) as info:
-        Tau2EnvConfig(**{**OK, **overrides})
+        Tau2EnvConfig.from_kwargs({**OK, **overrides})
     assert message in str(info.value)
+
+
+def test_unknown_keys_are_named():
+    with pytest.raises(ValueError, match="unknown tau2 episode config keys: max_stepz"):
+        Tau2EnvConfig.from_kwargs({**OK, "max_stepz": 3})
 
 
 def test_solo_mode_needs_no_user_endpoint_and_kwargs_round_trip():
@@ -79,14 +86,23 @@ def test_write_atomic_replaces_whole_file(tmp_path):
     assert p.stat().st_mode & 0o777 == 0o666 & ~umask
 
 
-def test_tau2_logging_is_routed_at_the_chosen_level(capfd):
+def test_setup_runtime_filters_tau2_records_only(capfd):
+    """tau2's loguru records pass at the chosen level; other loguru users keep loguru's default."""
     from loguru import logger
 
-    configure_tau2_logging("WARNING")
-    logger.debug("hidden-debug")
-    logger.warning("shown-warning")
-    configure_tau2_logging("OFF")
-    logger.error("hidden-error")
+    tau2_logger = logger.patch(lambda r: r.update(name="tau2.registry"))
+    other = logger.patch(lambda r: r.update(name="somebody.else"))
+    setup_runtime("WARNING")
+    tau2_logger.debug("hidden-debug")
+    tau2_logger.warning("shown-warning")
+    other.debug("other-debug")
+    setup_runtime("OFF")
+    tau2_logger.error("hidden-error")
+    setup_runtime("OFF")  # idempotent: still one handler
+    other.info("other-once")
     err = capfd.readouterr().err
     assert "shown-warning" in err and "hidden-debug" not in err and "hidden-error" not in err
-    configure_tau2_logging("ERROR")
+    assert "other-debug" in err and err.count("other-once") == 1
+    with pytest.raises(ValueError, match="is not a loguru level"):
+        setup_runtime("LOUD")
+    setup_runtime("ERROR")

@@ -6,13 +6,16 @@ hand their request to the event loop (`_LoopBridge`), where it goes out through 
 AReaL passes (so AReaL's proxy records the policy's tokens) or through the user endpoint's client.
 The event loop never blocks on tau2; threads only wait on those futures. tau2's evaluator scores
 every finished episode; infrastructure failures raise `EpisodeRejected` so AReaL drops the episode.
+
+Reading order: the workflow (AReaL's entry point), then one episode in three steps (`_build_episode`,
+`_run_episode`, `_score_episode`), then the tau2 classes whose LLM call is replaced.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import concurrent.futures
+import dataclasses
 import os
 import threading
 import time
@@ -20,6 +23,7 @@ import traceback
 import urllib.parse
 import uuid
 from collections.abc import Coroutine
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import httpx
@@ -33,6 +37,7 @@ from tau2.data_model.message import (
     UserMessage,
 )
 from tau2.data_model.simulation import RewardInfo, SimulationRun, TerminationReason
+from tau2.data_model.tasks import Task
 from tau2.environment.tool import Tool, as_tool
 from tau2.orchestrator.orchestrator import Orchestrator
 from tau2.user.base import UserState
@@ -49,8 +54,8 @@ from examples.tau2.tau2_utils import (
     TaskRef,
     Tau2EnvConfig,
     Termination,
-    configure_tau2_logging,
     logger,
+    setup_runtime,
     shape_reward,
 )
 
@@ -61,22 +66,308 @@ TASK_HEADER = "X-Tau2-Task"
 EPISODE_HEADER = "X-Tau2-Episode"
 MAX_THINK_CALLS_PER_TURN = 4
 
-# Rejections by reason in this process; eval reports them, training logs them as stats.
-REJECTIONS: collections.Counter[str] = collections.Counter()
 
+class Tau2AgentWorkflow:
+    """AReaL agent workflow: `await run(data, base_url=, api_key=, http_client=)` -> reward.
 
-def think(thought: str) -> str:
-    """Use this tool to think through the request or the policy before acting. It changes nothing
-    and obtains no new information; the thought is only logged.
-
-    Args:
-        thought: Your reasoning.
+    `data` is a dataset row `{"domain", "task_id", "seed"?}`; kwargs are `Tau2EnvConfig` fields.
+    One instance serves a whole GRPO group concurrently, so `run` keeps no state on `self` besides
+    the per-event-loop HTTP client of the user simulator.
     """
-    return "Your thought has been logged."
+
+    def __init__(self, **kwargs: Any):
+        self.config = Tau2EnvConfig.from_kwargs(kwargs)
+        setup_runtime(self.config.tau2_log_level)
+        self._clients: dict[int, httpx.AsyncClient] = {}
+
+    async def run(self, data: dict[str, Any], **extra: Any) -> float:
+        """AReaL's entry point. Returns a float reward; raises EpisodeRejected to reject.
+
+        Inline mode passes `base_url`, `api_key` and `http_client`; subprocess mode passes nothing and
+        sets OPENAI_BASE_URL / OPENAI_API_KEY instead.
+        """
+        base_url = extra.get("base_url") or os.environ.get("OPENAI_BASE_URL")
+        if not base_url:
+            raise ValueError("Tau2AgentWorkflow.run needs base_url (or OPENAI_BASE_URL in subproc mode)")
+        try:
+            result = await self.run_episode(
+                data,
+                base_url=base_url,
+                api_key=extra.get("api_key") or os.environ.get("OPENAI_API_KEY") or "EMPTY",
+                http_client=extra.get("http_client"),
+            )
+        except EpisodeRejected as e:
+            _log_stats({f"rejected/{e.reason.value}": 1.0})
+            logger.warning("tau2 %s/%s rejected (%s): %s", data.get("domain"), data.get("task_id"),
+                           e.reason.value, e.detail)
+            raise
+        _log_stats(result.metrics())
+        return result.reward
+
+    async def run_episode(
+        self,
+        data: dict[str, Any],
+        *,
+        base_url: str,
+        api_key: str,
+        http_client: httpx.AsyncClient | None = None,
+    ) -> EpisodeResult:
+        """Run one episode and score it with tau2. Used by `run` and by evaluation."""
+        ref = TaskRef.from_data(data)
+        cfg = self.config
+        loop = asyncio.get_running_loop()
+        policy = ChatEndpoint(
+            base_url=base_url, api_key=api_key, model=cfg.agent_model,
+            http_client=http_client or self._own_client(), reject_reason=RejectReason.POLICY_ENDPOINT,
+            request_timeout_s=cfg.request_timeout_s, retries=cfg.llm_retries, backoff_s=cfg.retry_backoff_s,
+        )
+        user = None
+        if not cfg.solo_mode:
+            user = ChatEndpoint(
+                base_url=cfg.user_base_url, api_key=os.environ.get(cfg.user_api_key_env) or "EMPTY",
+                model=cfg.user_model, http_client=self._own_client(),
+                reject_reason=RejectReason.USER_ENDPOINT, request_timeout_s=cfg.request_timeout_s,
+                retries=cfg.llm_retries, backoff_s=cfg.retry_backoff_s,
+            )
+        headers = {
+            TASK_HEADER: urllib.parse.quote(f"{ref.domain}/{ref.task_id}", safe="/"),
+            EPISODE_HEADER: uuid.uuid4().hex,
+        }
+        for endpoint in (policy, user):
+            if endpoint is not None:
+                endpoint.headers = headers
+        bridge = _LoopBridge(loop)
+        seed = data.get("seed")
+        job = loop.run_in_executor(
+            _episode_executor(cfg.max_concurrent_episodes),
+            _episode_in_thread, ref, cfg, policy, user, bridge, int(seed) if seed is not None else None,
+        )
+        try:
+            # Waiting for a free thread does not count against the episode's budget.
+            waiter = asyncio.ensure_future(bridge.started.wait())
+            await asyncio.wait([job, waiter], return_when=asyncio.FIRST_COMPLETED)
+            waiter.cancel()
+            result = await asyncio.wait_for(job, timeout=cfg.episode_timeout_s)
+        except TimeoutError:
+            bridge.cancel()
+            raise EpisodeRejected(
+                RejectReason.TIMEOUT, f"{ref.domain}/{ref.task_id} exceeded {cfg.episode_timeout_s}s"
+            ) from None
+        except asyncio.CancelledError:
+            bridge.cancel()
+            raise
+        except EpisodeRejected:
+            raise
+        except Exception as e:
+            logger.error("tau2 episode %s/%s crashed:\n%s", ref.domain, ref.task_id,
+                         traceback.format_exc())
+            raise EpisodeRejected(RejectReason.INTERNAL, f"{type(e).__name__}: {e}") from e
+        if cfg.dump_dir:
+            result.dump_path = str(write_episode_dump(cfg.dump_dir, result))
+        logger.info("tau2 %s/%s reward=%.3f termination=%s turns=%d", ref.domain, ref.task_id,
+                    result.reward, result.termination.value, result.num_agent_turns)
+        return result
+
+    def _own_client(self) -> httpx.AsyncClient:
+        key = id(asyncio.get_running_loop())
+        if key not in self._clients:
+            self._clients[key] = httpx.AsyncClient(
+                timeout=self.config.request_timeout_s,
+                limits=httpx.Limits(max_connections=4096, max_keepalive_connections=1024),
+            )
+        return self._clients[key]
+
+    async def aclose(self) -> None:
+        """Close the clients this workflow created (never the one AReaL passed in)."""
+        for c in self._clients.values():
+            await c.aclose()
+        self._clients.clear()
 
 
-_THINK_TOOL = as_tool(think)
-_THINK_SCHEMA = _THINK_TOOL.openai_schema
+# ---------------------------------------------------------------------------------------------
+# One episode, in a worker thread: build tau2's objects, run its orchestrator, score.
+
+
+@dataclass
+class _Episode:
+    """tau2's objects for one episode, and what the replaced LLM calls count."""
+
+    ref: TaskRef
+    task: Task
+    orchestrator: Orchestrator
+    stats: _EpisodeStats
+    start: float
+    """perf_counter() when the thread picked the episode up."""
+    start_time: str
+
+
+def _episode_in_thread(ref: TaskRef, cfg: Tau2EnvConfig, policy: ChatEndpoint,
+                       user_endpoint: ChatEndpoint | None, bridge: _LoopBridge,
+                       seed: int | None) -> EpisodeResult:
+    bridge.loop.call_soon_threadsafe(bridge.started.set)
+    episode = _build_episode(ref, cfg, policy, user_endpoint, bridge, seed)
+    simulation, invalid = _run_episode(episode)
+    return _score_episode(episode, cfg, simulation, invalid)
+
+
+def _build_episode(ref: TaskRef, cfg: Tau2EnvConfig, policy: ChatEndpoint,
+                   user_endpoint: ChatEndpoint | None, bridge: _LoopBridge, seed: int | None) -> _Episode:
+    """tau2's task, environment, agent, user and orchestrator, as `tau2 run` would build them."""
+    start, start_time = time.perf_counter(), get_now()
+    task = tau2_domain.get_task(ref.domain, ref.task_id)
+    env = tau2_domain.make_environment(ref.domain, solo_mode=cfg.solo_mode)
+    stats = _EpisodeStats()
+    # Tool objects and schemas are shared by every episode of the domain (the agents only read their
+    # names and schemas); tau2 executes calls through this episode's `env`.
+    toolset = tau2_domain.tools(ref.domain)
+    agent_tools, agent_schemas = list(toolset.agent), list(toolset.agent_schemas)
+    if cfg.solo_mode:
+        agent_tools += toolset.user
+        agent_schemas += toolset.user_schemas
+    valid_names = frozenset(t.name for t in agent_tools)
+    if cfg.enable_think_tool:
+        agent_tools.append(_THINK_TOOL)
+        agent_schemas.append(_THINK_SCHEMA)
+    turn = _PolicyTurn(policy, bridge, stats, cfg, tuple(agent_schemas), valid_names)
+    if cfg.solo_mode:
+        agent: LLMAgent | LLMSoloAgent = _ProxySoloAgent(turn, agent_tools, env.get_policy(), task)
+        user: UserSimulator = DummyUser()
+    else:
+        assert user_endpoint is not None
+        agent = _ProxyAgent(turn, agent_tools, env.get_policy())
+        user = _BridgedUser(user_endpoint, bridge, stats, cfg, list(toolset.user) or None,
+                            list(toolset.user_schemas) or None, str(task.user_scenario))
+    orchestrator = Orchestrator(
+        domain=ref.domain, agent=agent, user=user, environment=env, task=task,
+        max_steps=cfg.max_steps, max_errors=cfg.max_errors, seed=seed, solo_mode=cfg.solo_mode,
+    )
+    return _Episode(ref, task, orchestrator, stats, start, start_time)
+
+
+def _run_episode(episode: _Episode) -> tuple[SimulationRun, InvalidOutput | None]:
+    """tau2's `Orchestrator.run()`; an invalid policy output ends the episode as an agent error."""
+    try:
+        return episode.orchestrator.run(), None
+    except InvalidOutput as e:
+        extra = [AssistantMessage(role="assistant", content=e.raw_text, cost=0.0)] if e.raw_text else []
+        return _unfinished_simulation(episode, TerminationReason.AGENT_ERROR, extra), e
+    except _Cancelled:
+        raise EpisodeRejected(RejectReason.TIMEOUT, "episode cancelled") from None
+
+
+def _score_episode(episode: _Episode, cfg: Tau2EnvConfig, simulation: SimulationRun,
+                   invalid: InvalidOutput | None) -> EpisodeResult:
+    """tau2's evaluator on the finished simulation, then the configured reward shaping."""
+    ref, stats = episode.ref, episode.stats
+    run_s = time.perf_counter() - episode.start
+    eval_note = ""
+    try:
+        reward_info = tau2_domain.evaluate(simulation, episode.task, ref.domain, cfg.solo_mode)
+    except Exception as e:
+        if not _raised_by_domain_code(e):
+            raise
+        # tau2's environment assertions call domain functions on the final state, and those raise when
+        # the episode never created what they inspect (mock: "Task task_2 not found"). That is the
+        # policy's outcome, so it is scored 0, with the reason recorded; any other error is a bug.
+        eval_note = f"tau2's evaluator raised {type(e).__name__}: {e}; scored 0"
+        logger.warning("tau2 %s/%s: %s", ref.domain, ref.task_id, eval_note)
+        reward_info = RewardInfo(reward=0.0, info={"note": eval_note})
+    eval_s = time.perf_counter() - episode.start - run_s
+    breakdown = {str(getattr(k, "value", k)): float(v)
+                 for k, v in (reward_info.reward_breakdown or {}).items()}
+    termination = invalid.termination if invalid else _TERMINATIONS.get(
+        simulation.termination_reason, Termination.INVALID_OUTPUT
+    )
+    had_invalid = invalid is not None or stats.invalid_tool_calls > 0
+    return EpisodeResult(
+        domain=ref.domain,
+        task_id=ref.task_id,
+        reward=shape_reward(
+            reward_info.reward, breakdown,
+            partial_credit_alpha=cfg.partial_credit_alpha,
+            invalid_format_penalty=cfg.invalid_format_penalty,
+            had_invalid_output=had_invalid,
+        ),
+        tau2_reward=float(reward_info.reward),
+        reward_breakdown=breakdown,
+        termination=termination,
+        num_agent_turns=stats.agent_turns,
+        num_tool_calls=stats.tool_calls,
+        num_invalid_tool_calls=stats.invalid_tool_calls + (invalid is not None),
+        agent_latency_s=stats.agent_latency_s,
+        user_latency_s=stats.user_latency_s,
+        wall_s=time.perf_counter() - episode.start,
+        eval_s=eval_s,
+        messages=[m.model_dump(mode="json", exclude={"raw_data"}) for m in simulation.messages],
+        note="; ".join(n for n in (invalid.detail if invalid else "", eval_note) if n),
+    )
+
+
+def _unfinished_simulation(episode: _Episode, termination: TerminationReason,
+                           extra: list[Message]) -> SimulationRun:
+    """A SimulationRun for an episode tau2's `run()` did not finish itself (invalid policy output)."""
+    orch = episode.orchestrator
+    return SimulationRun(
+        id=str(uuid.uuid4()),
+        task_id=orch.task.id,
+        start_time=episode.start_time,
+        end_time=get_now(),
+        duration=time.perf_counter() - episode.start,
+        termination_reason=termination.value,
+        reward_info=None,
+        agent_cost=0.0,
+        user_cost=0.0,
+        messages=orch.get_trajectory() + extra,
+        seed=orch.seed,
+    )
+
+
+_TERMINATIONS = {
+    TerminationReason.AGENT_STOP: Termination.AGENT_STOP,
+    TerminationReason.USER_STOP: Termination.USER_STOP,
+    TerminationReason.MAX_STEPS: Termination.MAX_STEPS,
+    TerminationReason.TOO_MANY_ERRORS: Termination.TOO_MANY_ERRORS,
+    TerminationReason.AGENT_ERROR: Termination.INVALID_OUTPUT,
+}
+
+
+def _raised_by_domain_code(exc: BaseException) -> bool:
+    """Whether the innermost frame of the exception is in a tau2 domain's own code (its tools)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    return bool(frames) and f"{os.sep}tau2{os.sep}domains{os.sep}" in frames[-1].filename
+
+
+def _log_stats(values: dict[str, float]) -> None:
+    """Record per-episode scalars in AReaL's stats tracker (under rollout/ or eval-rollout/)."""
+    try:
+        from areal.infra import workflow_context
+        from areal.utils import stats_tracker
+    except ImportError:  # evaluation outside AReaL
+        return
+    try:
+        stats_tracker.get(workflow_context.stat_scope()).scalar(
+            **{f"tau2/{k}": v for k, v in values.items()}
+        )
+    except Exception as e:  # not inside an AReaL rollout: nothing to record into
+        logger.debug("stats not recorded: %s", e)
+
+
+_executors: dict[int, concurrent.futures.ThreadPoolExecutor] = {}
+_executors_lock = threading.Lock()
+
+
+def _episode_executor(max_workers: int) -> concurrent.futures.ThreadPoolExecutor:
+    """One pool per size per process, made on first use. The default executor has only cpu+4 threads."""
+    with _executors_lock:
+        if max_workers not in _executors:
+            _executors[max_workers] = concurrent.futures.ThreadPoolExecutor(
+                max_workers=max_workers, thread_name_prefix="tau2-episode"
+            )
+        return _executors[max_workers]
+
+
+# ---------------------------------------------------------------------------------------------
+# tau2's agent and user simulator with their LLM call sent through our endpoints.
 
 
 class _Cancelled(Exception):
@@ -125,28 +416,32 @@ class _EpisodeStats:
         self.user_latency_s = 0.0
 
 
+def think(thought: str) -> str:
+    """Use this tool to think through the request or the policy before acting. It changes nothing
+    and obtains no new information; the thought is only logged.
+
+    Args:
+        thought: Your reasoning.
+    """
+    return "Your thought has been logged."
+
+
+_THINK_TOOL = as_tool(think)
+_THINK_SCHEMA = _THINK_TOOL.openai_schema
+
+
+@dataclass(frozen=True)
 class _PolicyTurn:
     """The policy side of one turn, shared by the conversational and the solo agent."""
 
-    def __init__(
-        self,
-        endpoint: ChatEndpoint,
-        bridge: _LoopBridge,
-        stats: _EpisodeStats,
-        config: Tau2EnvConfig,
-        schemas: list[dict[str, Any]],
-        valid_tool_names: set[str],
-    ):
-        self.endpoint = endpoint
-        self.bridge = bridge
-        self.stats = stats
-        self.config = config
-        self.schemas = schemas
-        self.valid_tool_names = valid_tool_names
+    endpoint: ChatEndpoint
+    bridge: _LoopBridge
+    stats: _EpisodeStats
+    config: Tau2EnvConfig
+    schemas: tuple[dict[str, Any], ...]
+    valid_tool_names: frozenset[str]
 
-    def generate(
-        self, state: LLMAgentState, tool_choice: str | None = None
-    ) -> AssistantMessage:
+    def generate(self, state: LLMAgentState, tool_choice: str | None = None) -> AssistantMessage:
         sampling: dict[str, Any] = {
             "temperature": self.config.temperature,
             "top_p": self.config.top_p,
@@ -157,7 +452,7 @@ class _PolicyTurn:
         for _ in range(MAX_THINK_CALLS_PER_TURN + 1):
             messages = to_openai_messages(state.system_messages + state.messages)
             completion, latency = self.bridge.call(
-                self.endpoint.complete(messages, self.schemas, **sampling)
+                self.endpoint.complete(messages, list(self.schemas), **sampling)
             )
             self.stats.agent_turns += 1
             self.stats.agent_latency_s += latency
@@ -225,11 +520,13 @@ class _ProxyAgent(LLMAgent):
 class _ProxySoloAgent(LLMSoloAgent):
     """tau2's LLMSoloAgent (no user; must call tools; `done` ends) through the policy endpoint."""
 
-    def __init__(self, turn: _PolicyTurn, tools: list[Tool], domain_policy: str, task):
+    def __init__(self, turn: _PolicyTurn, tools: list[Tool], domain_policy: str, task: Task):
         super().__init__(tools=tools, domain_policy=domain_policy, task=task, llm="policy")
-        self.turn = turn
-        turn.schemas = [*turn.schemas, self.tools[-1].openai_schema]  # tau2 appended its `done` tool
-        turn.valid_tool_names.add(self.STOP_FUNCTION_NAME)
+        # tau2 appended its `done` tool: the policy is offered it, and calling it is valid.
+        self.turn = dataclasses.replace(
+            turn, schemas=(*turn.schemas, self.tools[-1].openai_schema),
+            valid_tool_names=turn.valid_tool_names | {self.STOP_FUNCTION_NAME},
+        )
 
     def generate_next_message(self, message, state):  # type: ignore[override]
         if isinstance(message, UserMessage):
@@ -293,279 +590,3 @@ class _BridgedUser(UserSimulator):
         )
         state.messages.append(user_message)
         return user_message, state
-
-
-def _simulation_from(orch: Orchestrator, termination: TerminationReason, start: float,
-                     start_time: str, extra: list[Message]) -> SimulationRun:
-    """A SimulationRun for an episode tau2's `run()` did not finish itself (invalid policy output)."""
-    return SimulationRun(
-        id=str(uuid.uuid4()),
-        task_id=orch.task.id,
-        start_time=start_time,
-        end_time=get_now(),
-        duration=time.perf_counter() - start,
-        termination_reason=termination.value,
-        reward_info=None,
-        agent_cost=0.0,
-        user_cost=0.0,
-        messages=orch.get_trajectory() + extra,
-        seed=orch.seed,
-    )
-
-
-_TERMINATIONS = {
-    TerminationReason.AGENT_STOP: Termination.AGENT_STOP,
-    TerminationReason.USER_STOP: Termination.USER_STOP,
-    TerminationReason.MAX_STEPS: Termination.MAX_STEPS,
-    TerminationReason.TOO_MANY_ERRORS: Termination.TOO_MANY_ERRORS,
-    TerminationReason.AGENT_ERROR: Termination.INVALID_OUTPUT,
-}
-
-_executors: dict[int, concurrent.futures.ThreadPoolExecutor] = {}
-_executors_lock = threading.Lock()
-
-
-def _episode_executor(max_workers: int) -> concurrent.futures.ThreadPoolExecutor:
-    """One pool per size per process. The default executor has only cpu+4 threads."""
-    with _executors_lock:
-        if max_workers not in _executors:
-            _executors[max_workers] = concurrent.futures.ThreadPoolExecutor(
-                max_workers=max_workers, thread_name_prefix="tau2-episode"
-            )
-        return _executors[max_workers]
-
-
-class Tau2AgentWorkflow:
-    """AReaL agent workflow: `await run(data, base_url=, api_key=, http_client=)` -> reward.
-
-    `data` is a dataset row `{"domain", "task_id", "split"?, "seed"?}`; kwargs are `Tau2EnvConfig`
-    fields. One instance serves a whole GRPO group concurrently, so `run` keeps no state on `self`
-    besides the per-event-loop HTTP client of the user simulator.
-    """
-
-    def __init__(self, **kwargs: Any):
-        self.config = Tau2EnvConfig.from_kwargs(kwargs)
-        configure_tau2_logging(self.config.tau2_log_level)
-        self._clients: dict[int, httpx.AsyncClient] = {}
-
-    async def run(self, data: dict[str, Any], **extra: Any) -> float:
-        """AReaL's entry point. Returns a float reward; raises EpisodeRejected to reject.
-
-        Inline mode passes `base_url`, `api_key` and `http_client`; subprocess mode passes nothing and
-        sets OPENAI_BASE_URL / OPENAI_API_KEY instead.
-        """
-        base_url = extra.get("base_url") or os.environ.get("OPENAI_BASE_URL")
-        if not base_url:
-            raise ValueError("Tau2AgentWorkflow.run needs base_url (or OPENAI_BASE_URL in subproc mode)")
-        try:
-            result = await self.run_episode(
-                data,
-                base_url=base_url,
-                api_key=extra.get("api_key") or os.environ.get("OPENAI_API_KEY") or "EMPTY",
-                http_client=extra.get("http_client"),
-            )
-        except EpisodeRejected as e:
-            _log_stats({f"rejected/{e.reason.value}": 1.0})
-            raise
-        _log_stats(result.metrics())
-        return result.reward
-
-    async def run_episode(
-        self,
-        data: dict[str, Any],
-        *,
-        base_url: str,
-        api_key: str,
-        http_client: httpx.AsyncClient | None = None,
-    ) -> EpisodeResult:
-        """Run one episode and score it with tau2. Used by `run` and by evaluation."""
-        ref = TaskRef.from_data(data)
-        cfg = self.config
-        loop = asyncio.get_running_loop()
-        client = http_client or self._own_client()
-        policy = ChatEndpoint(
-            base_url=base_url, api_key=api_key, model=cfg.agent_model, http_client=client,
-            reject_reason=RejectReason.POLICY_ENDPOINT, request_timeout_s=cfg.request_timeout_s,
-            retries=cfg.llm_retries, backoff_s=cfg.retry_backoff_s,
-        )
-        user = None
-        if not cfg.solo_mode:
-            user = ChatEndpoint(
-                base_url=cfg.user_base_url, api_key=os.environ.get(cfg.user_api_key_env) or "EMPTY",
-                model=cfg.user_model, http_client=self._own_client(),
-                reject_reason=RejectReason.USER_ENDPOINT, request_timeout_s=cfg.request_timeout_s,
-                retries=cfg.llm_retries, backoff_s=cfg.retry_backoff_s,
-            )
-        headers = {
-            TASK_HEADER: urllib.parse.quote(f"{ref.domain}/{ref.task_id}", safe="/"),
-            EPISODE_HEADER: uuid.uuid4().hex,
-        }
-        for endpoint in (policy, user):
-            if endpoint is not None:
-                endpoint.headers = headers
-        bridge = _LoopBridge(loop)
-        seed = data.get("seed")
-        job = loop.run_in_executor(
-            _episode_executor(cfg.max_concurrent_episodes),
-            _episode_in_thread, ref, cfg, policy, user, bridge,
-            int(seed) if seed is not None else None,
-        )
-        try:
-            # Waiting for a free thread does not count against the episode's budget.
-            waiter = asyncio.ensure_future(bridge.started.wait())
-            await asyncio.wait([job, waiter], return_when=asyncio.FIRST_COMPLETED)
-            waiter.cancel()
-            result = await asyncio.wait_for(job, timeout=cfg.episode_timeout_s)
-        except TimeoutError:
-            bridge.cancel()
-            _count_rejection(RejectReason.TIMEOUT)
-            raise EpisodeRejected(
-                RejectReason.TIMEOUT, f"{ref.domain}/{ref.task_id} exceeded {cfg.episode_timeout_s}s"
-            ) from None
-        except asyncio.CancelledError:
-            bridge.cancel()
-            raise
-        except EpisodeRejected as e:
-            _count_rejection(e.reason)
-            raise
-        except Exception as e:
-            _count_rejection(RejectReason.INTERNAL)
-            logger.error("tau2 episode %s/%s crashed:\n%s", ref.domain, ref.task_id,
-                         traceback.format_exc())
-            raise EpisodeRejected(RejectReason.INTERNAL, f"{type(e).__name__}: {e}") from e
-        if cfg.dump_dir:
-            result.dump_path = str(write_episode_dump(cfg.dump_dir, result))
-        logger.info("tau2 %s/%s reward=%.3f termination=%s turns=%d", ref.domain, ref.task_id,
-                    result.reward, result.termination.value, result.num_agent_turns)
-        return result
-
-    def _own_client(self) -> httpx.AsyncClient:
-        key = id(asyncio.get_running_loop())
-        if key not in self._clients:
-            self._clients[key] = httpx.AsyncClient(
-                timeout=self.config.request_timeout_s,
-                limits=httpx.Limits(max_connections=4096, max_keepalive_connections=1024),
-            )
-        return self._clients[key]
-
-    async def aclose(self) -> None:
-        """Close the clients this workflow created (never the one AReaL passed in)."""
-        for c in self._clients.values():
-            await c.aclose()
-        self._clients.clear()
-
-
-def _episode_in_thread(
-    ref: TaskRef,
-    cfg: Tau2EnvConfig,
-    policy: ChatEndpoint,
-    user_endpoint: ChatEndpoint | None,
-    bridge: _LoopBridge,
-    seed: int | None,
-) -> EpisodeResult:
-    """Build tau2's objects, run tau2's Orchestrator, evaluate."""
-    bridge.loop.call_soon_threadsafe(bridge.started.set)
-    start, start_time = time.perf_counter(), get_now()
-    task = tau2_domain.get_task(ref.domain, ref.task_id)
-    env = tau2_domain.make_environment(ref.domain, solo_mode=cfg.solo_mode)
-    stats = _EpisodeStats()
-    # Tool objects and schemas are shared by every episode of the domain (the agents only read their
-    # names and schemas); tau2 executes calls through this episode's `env`.
-    toolset = tau2_domain.tools(ref.domain)
-    agent_tools, agent_schemas = list(toolset.agent), list(toolset.agent_schemas)
-    if cfg.solo_mode:
-        agent_tools += toolset.user
-        agent_schemas += toolset.user_schemas
-    valid_names = {t.name for t in agent_tools}
-    if cfg.enable_think_tool:
-        agent_tools.append(_THINK_TOOL)
-        agent_schemas.append(_THINK_SCHEMA)
-    turn = _PolicyTurn(policy, bridge, stats, cfg, agent_schemas, valid_names)
-    if cfg.solo_mode:
-        agent: LLMAgent | LLMSoloAgent = _ProxySoloAgent(turn, agent_tools, env.get_policy(), task)
-        user: UserSimulator = DummyUser()
-    else:
-        assert user_endpoint is not None
-        agent = _ProxyAgent(turn, agent_tools, env.get_policy())
-        user = _BridgedUser(user_endpoint, bridge, stats, cfg, list(toolset.user) or None,
-                            list(toolset.user_schemas) or None, str(task.user_scenario))
-    orch = Orchestrator(
-        domain=ref.domain, agent=agent, user=user, environment=env, task=task,
-        max_steps=cfg.max_steps, max_errors=cfg.max_errors, seed=seed, solo_mode=cfg.solo_mode,
-    )
-    invalid: InvalidOutput | None = None
-    try:
-        simulation = orch.run()
-    except InvalidOutput as e:
-        invalid = e
-        extra = [AssistantMessage(role="assistant", content=e.raw_text, cost=0.0)] if e.raw_text else []
-        simulation = _simulation_from(orch, TerminationReason.AGENT_ERROR, start, start_time, extra)
-    except _Cancelled:
-        raise EpisodeRejected(RejectReason.TIMEOUT, "episode cancelled") from None
-    run_s = time.perf_counter() - start
-    eval_note = ""
-    try:
-        reward_info = tau2_domain.evaluate(simulation, task, ref.domain, cfg.solo_mode)
-    except Exception as e:
-        if not _raised_by_domain_code(e):
-            raise
-        # tau2's environment assertions call domain functions on the final state, and those raise when
-        # the episode never created what they inspect (mock: "Task task_2 not found"). That is the
-        # policy's outcome, so it is scored 0, with the reason recorded; any other error is a bug.
-        eval_note = f"tau2's evaluator raised {type(e).__name__}: {e}; scored 0"
-        logger.warning("tau2 %s/%s: %s", ref.domain, ref.task_id, eval_note)
-        reward_info = RewardInfo(reward=0.0, info={"note": eval_note})
-    eval_s = time.perf_counter() - start - run_s
-    breakdown = {str(getattr(k, "value", k)): float(v)
-                 for k, v in (reward_info.reward_breakdown or {}).items()}
-    termination = invalid.termination if invalid else _TERMINATIONS.get(
-        simulation.termination_reason, Termination.INVALID_OUTPUT
-    )
-    had_invalid = invalid is not None or stats.invalid_tool_calls > 0
-    return EpisodeResult(
-        domain=ref.domain,
-        task_id=ref.task_id,
-        reward=shape_reward(
-            reward_info.reward, breakdown,
-            partial_credit_alpha=cfg.partial_credit_alpha,
-            invalid_format_penalty=cfg.invalid_format_penalty,
-            had_invalid_output=had_invalid,
-        ),
-        tau2_reward=float(reward_info.reward),
-        reward_breakdown=breakdown,
-        termination=termination,
-        num_agent_turns=stats.agent_turns,
-        num_tool_calls=stats.tool_calls,
-        num_invalid_tool_calls=stats.invalid_tool_calls + (invalid is not None),
-        agent_latency_s=stats.agent_latency_s,
-        user_latency_s=stats.user_latency_s,
-        wall_s=time.perf_counter() - start,
-        eval_s=eval_s,
-        messages=[m.model_dump(mode="json", exclude={"raw_data"}) for m in simulation.messages],
-        note="; ".join(n for n in (invalid.detail if invalid else "", eval_note) if n),
-    )
-
-
-def _raised_by_domain_code(exc: BaseException) -> bool:
-    """Whether the innermost frame of the exception is in a tau2 domain's own code (its tools)."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    return bool(frames) and f"{os.sep}tau2{os.sep}domains{os.sep}" in frames[-1].filename
-
-
-def _count_rejection(reason: RejectReason) -> None:
-    REJECTIONS[reason.value] += 1
-
-
-def _log_stats(values: dict[str, float]) -> None:
-    """Record per-episode scalars in AReaL's stats tracker (under rollout/ or eval-rollout/)."""
-    try:
-        from areal.infra import workflow_context
-        from areal.utils import stats_tracker
-    except ImportError:  # evaluation outside AReaL
-        return
-    try:
-        stats_tracker.get(workflow_context.stat_scope()).scalar(
-            **{f"tau2/{k}": v for k, v in values.items()}
-        )
-    except Exception as e:  # not inside an AReaL rollout: nothing to record into
-        logger.debug("stats not recorded: %s", e)

@@ -3,16 +3,18 @@
 AReaL 1.0.4 reads `rollout.backend`, `actor.backend` and `ref.backend`; the combined string
 (`sglang:d4t2+archon:d4p2t1`, `sglang:d8t4+megatron:(attn:d4p4t2|ffn:d2p4e4)`) is deprecated and only
 its legacy SPMD launchers read it, and those refuse agent workflows. AReaL's own parser
-(`areal.api.alloc_mode`) checks the string; the per-engine strings are its two components verbatim.
+(`areal.api.alloc_mode`, through `compat.areal_api`) checks the string; the per-engine strings are its
+two components verbatim.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from areal.api.alloc_mode import ModelAllocation, _AllocationMode
+from areal.api.alloc_mode import ModelAllocation
 from areal.api.cli_args import SchedulingStrategyType
 
+from examples.tau2.compat.areal_api import parse_combined_allocation
 from examples.tau2.tau2_utils import first_line
 
 INFERENCE_BACKENDS = ("sglang", "vllm")
@@ -58,7 +60,7 @@ def parse_backend(spec: str) -> ModelAllocation:
 def split_allocation_mode(mode: str) -> EngineBackends:
     """`<inference>+<training>` -> per-engine backends. ValueError with one sentence on anything else."""
     try:
-        parsed = _AllocationMode.from_str(mode)
+        parsed = parse_combined_allocation(mode)
     except Exception as e:
         raise ValueError(f"allocation_mode {mode!r} does not parse: {first_line(e)}") from None
     if any(a.scheduling_strategy.type == SchedulingStrategyType.colocation for a in parsed.allocations):

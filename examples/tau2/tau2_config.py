@@ -52,9 +52,6 @@ class Tau2TrainEnvConfig(Tau2EnvConfig):
     drop_uniform_groups: bool = True
     """Drop GRPO groups whose rows all carry the same reward (`tau2_filter.drop_uniform_groups`)."""
 
-    def __post_init__(self) -> None:
-        """Not validated here: `tau2_validate.validate` reports every problem of the run together."""
-
     def domain_weights(self) -> dict[str, float]:
         """Domain -> weight; a single domain has weight 1."""
         if self.mix:
@@ -62,7 +59,8 @@ class Tau2TrainEnvConfig(Tau2EnvConfig):
         return {self.domain: 1.0} if self.domain else {}
 
     def episode_config(self) -> Tau2EnvConfig:
-        """The part that the workflow takes (its constructor validates it)."""
+        """The part that the workflow takes (its constructor validates it; `validate` reports the
+        same problems, and the run's others, before anything starts)."""
         names = [f.name for f in dataclasses.fields(Tau2EnvConfig)]
         return Tau2EnvConfig(**{name: getattr(self, name) for name in names})
 

@@ -1,23 +1,21 @@
 """The one door to tau2's domains: tasks, environments and the evaluator.
 
 Everything the workflow, the training entry and the evaluation need from tau2's registry goes through
-here. By default it is served by `tau2_cache` (tasks parsed once, environments forked from a database
+here. By default it is served by `compat.tau2_cache` (tasks parsed once, environments forked from a database
 snapshot, the gold end state of each task computed once), with rewards identical to tau2's
-`evaluate_simulation(..., EvaluationType.ALL, ...)`. Inside `tau2_cache.enabled(False)` every call
-goes to stock tau2 instead (for side-by-side comparisons).
+`evaluate_simulation(..., EvaluationType.ALL, ...)`. Inside `tau2_cache.enabled(False)`, or on a tau2
+release the cache does not mirror, every call goes to stock tau2 instead.
 """
 
 from __future__ import annotations
 
-from tau2.data_model.simulation import RewardInfo, SimulationRun, TerminationReason
-from tau2.data_model.tasks import RewardType, Task
+from tau2.data_model.simulation import RewardInfo, SimulationRun
+from tau2.data_model.tasks import Task
 from tau2.environment.environment import Environment
 from tau2.evaluator.evaluator import EvaluationType, evaluate_simulation
-from tau2.evaluator.evaluator_action import ActionEvaluator
-from tau2.evaluator.evaluator_communicate import CommunicateEvaluator
 from tau2.registry import registry
 
-from examples.tau2 import tau2_cache
+from examples.tau2.compat import tau2_cache
 from examples.tau2.tau2_utils import DOMAINS, SOLO_DOMAINS
 
 
@@ -91,58 +89,11 @@ def evaluate(simulation: SimulationRun, task: Task, domain: str, solo_mode: bool
     """tau2's `evaluate_simulation` with every criterion (DB/env, actions, communicate)."""
     _check_domain(domain)
     if tau2_cache.is_enabled():
-        return _evaluate_all(simulation, task, domain, solo_mode)
+        return tau2_cache.evaluate_all(simulation, task, domain, solo_mode)
     return evaluate_simulation(
         simulation=simulation,
         task=task,
         evaluation_type=EvaluationType.ALL,
         solo_mode=solo_mode,
         domain=domain,
-    )
-
-
-def _evaluate_all(simulation: SimulationRun, task: Task, domain: str, solo_mode: bool) -> RewardInfo:
-    """tau2 26.3's `evaluate_simulation` for `EvaluationType.ALL`, line for line, with the
-    environment part from `tau2_cache` (same result, without rebuilding and hashing two databases)."""
-    if simulation.termination_reason not in {TerminationReason.AGENT_STOP, TerminationReason.USER_STOP}:
-        return RewardInfo(
-            reward=0.0,
-            reward_basis=None,
-            info={"note": "Simulation terminated prematurely. Termination reason: "
-                          f"{simulation.termination_reason.value}"},
-        )
-    if task.evaluation_criteria is None:
-        return RewardInfo(reward=1.0, reward_basis=None, info={"note": "No evaluation criteria"})
-    env_info = tau2_cache.domain_cache(domain).environment_reward(task, simulation.messages, solo_mode)
-    action_info = ActionEvaluator.calculate_reward(task=task, full_trajectory=simulation.messages)
-    communicate_info = CommunicateEvaluator.calculate_reward(task=task, full_trajectory=simulation.messages)
-
-    reward = 1.0
-    basis = set(task.evaluation_criteria.reward_basis)
-    breakdown = {}
-    if basis & {RewardType.DB, RewardType.ENV_ASSERTION}:
-        if env_info.reward_breakdown is not None:
-            breakdown.update(env_info.reward_breakdown)
-        reward *= env_info.reward
-    if basis & {RewardType.ACTION}:
-        if action_info.reward_breakdown is not None:
-            breakdown.update(action_info.reward_breakdown)
-        reward *= action_info.reward
-    if basis & {RewardType.NL_ASSERTION}:
-        raise ValueError("NL assertions are part of the reward basis, but they are not being evaluated.")
-    if basis & {RewardType.COMMUNICATE}:
-        if communicate_info.reward_breakdown is not None:
-            breakdown.update(communicate_info.reward_breakdown)
-        reward *= communicate_info.reward
-    return RewardInfo(
-        reward=reward,
-        db_check=env_info.db_check,
-        env_assertions=env_info.env_assertions,
-        action_checks=action_info.action_checks,
-        nl_assertions=None,
-        communicate_checks=communicate_info.communicate_checks,
-        reward_basis=task.evaluation_criteria.reward_basis,
-        reward_breakdown=breakdown,
-        info={"env": env_info.info, "nl": None, "communicate": communicate_info.info,
-              "action": action_info.info},
     )

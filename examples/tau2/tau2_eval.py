@@ -13,7 +13,8 @@ uses seed t (sent to the user simulator as tau2 does).
                    plus where and how each session ran; a rerun with other settings is refused.
   trials.jsonl     one line per finished attempt, appended and fsynced as it finishes. Rerunning the
                    same command resumes: scored trials are skipped, rejected ones are tried again.
-  results.json / results.md / pass_hat_k.png   the metrics (see tau2_metrics), rewritten at the end.
+  results.json / results.md / pass_hat_k.png   the metrics (see tau2_metrics), rewritten at the end:
+                   pass^k and pass@k with bootstrap confidence intervals over tasks (--bootstrap-*).
   dumps/           every scored episode's transcript.
 """
 
@@ -37,13 +38,13 @@ from typing import Any
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from examples.tau2 import tau2_domain
-from examples.tau2.tau2_agent import Tau2AgentWorkflow
 from examples.tau2.tau2_metrics import (
     SUCCESS_THRESHOLD,
+    BootstrapConfig,
     EvalReport,
     TrialRecord,
     compute_report,
+    format_interval,
     format_markdown,
     is_success,
 )
@@ -55,6 +56,7 @@ from examples.tau2.tau2_utils import (
     Tau2EnvConfig,
     dump_json,
     first_line,
+    setup_runtime,
     write_atomic,
 )
 
@@ -124,6 +126,15 @@ def build_parser() -> argparse.ArgumentParser:
     tasks.add_argument("--limit", type=int, help="only the first N tasks of the split of each domain")
     p.add_argument("--trials", type=int, default=4, help="trials per task (k runs from 1 to this)")
     p.add_argument("--concurrency", type=int, default=32, help="episodes running at once")
+    boot = p.add_argument_group(
+        "confidence intervals", "percentile bootstrap over tasks (reporting only: not a run setting)"
+    )
+    boot.add_argument("--bootstrap-resamples", type=int, default=BootstrapConfig.resamples, metavar="N",
+                      help="resamples of the tasks (default %(default)s)")
+    boot.add_argument("--bootstrap-confidence", type=float, default=BootstrapConfig.confidence, metavar="C",
+                      help="confidence level of the intervals (default %(default)s)")
+    boot.add_argument("--bootstrap-seed", type=int, default=BootstrapConfig.seed, metavar="SEED",
+                      help="seed of the resampling (default %(default)s)")
     env = p.add_argument_group(
         "episode settings", "Tau2EnvConfig fields; each overrides the --config econfig value"
     )
@@ -182,6 +193,8 @@ class EvalPlan:
     policy_api_key_env: str
     env: Tau2EnvConfig
     config_file: str
+    bootstrap: BootstrapConfig = dataclasses.field(default_factory=BootstrapConfig)
+    """How results.md's intervals are computed: reporting only, so not in `settings()`."""
 
     @property
     def policy_model(self) -> str:
@@ -231,14 +244,18 @@ def plan_from_args(args: argparse.Namespace) -> EvalPlan:
     if not args.policy_base_url.startswith(("http://", "https://")):
         raise ValueError(f"--policy-base-url must be an http(s) URL, got {args.policy_base_url!r}")
     domains = list(dict.fromkeys(args.domains))
+    bootstrap = BootstrapConfig(resamples=args.bootstrap_resamples, confidence=args.bootstrap_confidence,
+                                seed=args.bootstrap_seed)
     kwargs = load_econfig(args.config) if args.config else {}
     kwargs.update({name: getattr(args, name) for name in _env_fields() if getattr(args, name) is not None})
     output_dir = args.output_dir.resolve()
     kwargs.update(agent_model=args.policy_model, max_concurrent_episodes=args.concurrency,
                   dump_dir=str(output_dir / "dumps"))
-    env = Tau2EnvConfig(**kwargs)
+    env = Tau2EnvConfig.from_kwargs(kwargs)
     if env.solo_mode and not set(domains) <= set(SOLO_DOMAINS):
         raise ValueError(f"solo mode runs only on {' and '.join(SOLO_DOMAINS)}, not {', '.join(domains)}")
+    from examples.tau2 import tau2_domain  # after setup_runtime: tau2 logs at import
+
     tasks: dict[str, list[str]] = {}
     for domain in domains:
         ids = tau2_domain.task_ids(domain, args.split)
@@ -258,15 +275,16 @@ def plan_from_args(args: argparse.Namespace) -> EvalPlan:
         output_dir=output_dir, tasks=tasks, split=args.split, trials=args.trials,
         concurrency=args.concurrency, policy_base_url=args.policy_base_url,
         policy_api_key_env=args.policy_api_key_env, env=env,
-        config_file=str(args.config) if args.config else "",
+        config_file=str(args.config) if args.config else "", bootstrap=bootstrap,
     )
 
 
-def _differences(old: Any, new: Any, prefix: str = "") -> list[str]:
+def settings_differences(old: Any, new: Any, prefix: str = "") -> list[str]:
+    """One `key was X, now Y` line per leaf where two settings trees differ."""
     if isinstance(old, dict) and isinstance(new, dict):
         out = []
         for k in sorted(set(old) | set(new), key=str):
-            out += _differences(old.get(k), new.get(k), f"{prefix}{k}.")
+            out += settings_differences(old.get(k), new.get(k), f"{prefix}{k}.")
         return out
     if old == new:
         return []
@@ -285,7 +303,7 @@ def recorded_sessions(plan: EvalPlan) -> list[dict[str, Any]] | None:
             )
         return None
     recorded = json.loads(path.read_text(encoding="utf-8"))
-    diffs = _differences(recorded["settings"], json.loads(json.dumps(plan.settings())))
+    diffs = settings_differences(recorded["settings"], json.loads(json.dumps(plan.settings())))
     if diffs:
         raise SettingsMismatch(
             f"{plan.output_dir} holds a run with other settings ({'; '.join(diffs)}); "
@@ -378,6 +396,8 @@ class _Progress:
 async def run_trials(plan: EvalPlan, pending: Sequence[tuple[str, str, int]], log: TrialLog,
                      progress: _Progress) -> None:
     """Run the pending trials, at most `plan.concurrency` at once, logging each as it finishes."""
+    from examples.tau2.tau2_agent import Tau2AgentWorkflow
+
     workflow = Tau2AgentWorkflow(**plan.env.to_kwargs())
     api_key = os.environ.get(plan.policy_api_key_env) or "EMPTY"
     gate = asyncio.Semaphore(plan.concurrency)
@@ -406,7 +426,8 @@ async def run_trials(plan: EvalPlan, pending: Sequence[tuple[str, str, int]], lo
 
 
 def write_chart(report: EvalReport, title: str, path: Path) -> None:
-    """pass^k against k, one line per domain and a dashed one for all tasks (Agg canvas, no GUI)."""
+    """pass^k against k, one line per domain and a dashed one for all tasks, each with a shaded band
+    for its confidence interval when the report has them (Agg canvas, no GUI)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -414,12 +435,17 @@ def write_chart(report: EvalReport, title: str, path: Path) -> None:
     fig = Figure(figsize=(6.4, 4.2), dpi=120, layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
-    for g in report.domains.values():
-        ax.plot(ks, [float("nan") if g.pass_hat_k[k] is None else g.pass_hat_k[k] for k in ks],
-                marker="o", label=g.name)
-    o = report.overall
-    ax.plot(ks, [float("nan") if o.pass_hat_k[k] is None else o.pass_hat_k[k] for k in ks],
-            color="black", linestyle="--", marker=".", label="all tasks")
+    nan = float("nan")
+    for g in report.groups():
+        overall = g is report.overall
+        line, = ax.plot(ks, [nan if g.pass_hat_k[k] is None else g.pass_hat_k[k] for k in ks],
+                        marker="." if overall else "o", label="all tasks" if overall else g.name,
+                        **({"color": "black", "linestyle": "--"} if overall else {}))
+        cis = [g.pass_hat_k_ci.get(k) for k in ks]
+        if any(cis):
+            ax.fill_between(ks, [nan if c is None else c.low for c in cis],
+                            [nan if c is None else c.high for c in cis], color=line.get_color(), alpha=0.12,
+                            linewidth=0)
     ax.set(xlabel="k", ylabel="pass^k", ylim=(0.0, 1.02), xticks=ks, title=title)
     ax.grid(alpha=0.3)
     ax.legend()
@@ -429,7 +455,7 @@ def write_chart(report: EvalReport, title: str, path: Path) -> None:
 
 
 def write_report(plan: EvalPlan, records: list[TrialRecord]) -> EvalReport:
-    report = compute_report(records, max_k=plan.trials)
+    report = compute_report(records, max_k=plan.trials, bootstrap=plan.bootstrap)
     settings = plan.settings()
     dump_json(plan.output_dir / RESULTS_JSON, {"settings": settings, "report": report.to_json()})
     ep = settings["episode"]
@@ -484,8 +510,10 @@ def evaluate(plan: EvalPlan, log: TrialLog, records: list[TrialRecord]) -> int:
     log.close()
     report = write_report(plan, log.load())
     for g in report.groups():
+        k = plan.trials
         logger.info("%s: pass^1 %s pass^%d %s (%d valid trials, %d rejected)", g.name,
-                    _fmt_opt(g.pass_hat_k[1]), plan.trials, _fmt_opt(g.pass_hat_k[plan.trials]),
+                    format_interval(g.pass_hat_k[1], g.pass_hat_k_ci.get(1)), k,
+                    format_interval(g.pass_hat_k[k], g.pass_hat_k_ci.get(k)),
                     g.num_valid_trials, g.num_rejected_trials)
     if report.overall.num_rejected_trials:
         logger.warning("%d trials were rejected (infrastructure failures, excluded from the metrics); "
@@ -494,16 +522,13 @@ def evaluate(plan: EvalPlan, log: TrialLog, records: list[TrialRecord]) -> int:
     return 0
 
 
-def _fmt_opt(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3f}"
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logger.setLevel(logging.INFO)
     try:
+        setup_runtime(args.tau2_log_level or "ERROR")  # before tau2 is imported: it logs at import
         plan = plan_from_args(args)
         log, records = open_run(plan)
     except ValueError as e:

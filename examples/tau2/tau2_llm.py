@@ -1,8 +1,9 @@
 """OpenAI-compatible chat calls for the policy and the user simulator.
 
 Converts tau2 messages to Chat Completions dicts, retries infrastructure failures with backoff
-(tenacity), and turns a completion back into a tau2 message — or into a typed `InvalidOutput`
-when the model's reply is not a valid turn.
+(tenacity), checks that each reply is a chat completion at all (`parse_completion`: a reply that is
+not is the endpoint's failure, `MalformedReply`), and turns a completion back into a tau2 message —
+or into a typed `InvalidOutput` when the model's reply is not a valid turn.
 """
 
 from __future__ import annotations
@@ -73,6 +74,63 @@ class InvalidOutput(Exception):
         self.raw_text = raw_text
 
 
+class MalformedReply(Exception):
+    """An endpoint answered with a body that is not a chat completion: the endpoint failed, not the
+    model. Retried like a 5xx, then the episode is rejected with that endpoint's reason."""
+
+
+_TOOL_CALL_TYPES = (None, "function", "custom")
+
+
+def parse_completion(body: bytes) -> ChatCompletion:
+    """Check one reply body against the chat-completion schema; raise `MalformedReply` if it fails.
+
+    Schema-invalid: a body that is not JSON (empty, truncated, an HTML page, bad encoding, nested
+    too deeply); JSON that is not an object; `choices` missing, not a list or empty; `choices[0]` or
+    its `message` not an object; `content` not a string or null; `tool_calls` not a list or null; a
+    tool call that is not an object, whose `id` is not a string or null, whose `type` is not null,
+    "function" or "custom", or (unless "custom") whose `function` is not an object with a string
+    `name` and a string-or-null `arguments`; `finish_reason` or the top-level `id` not a string or
+    null. The content type and the fields not read here (usage, model, role, ...) are not checked.
+    Everything else is the model's reply, judged by `parse_reply`.
+    """
+
+    def bad(what: str) -> MalformedReply:
+        return MalformedReply(f"reply is not a chat completion: {what} ({len(body)} bytes: {body[:120]!r})")
+
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise bad(f"not JSON ({type(e).__name__})") from None
+    if not isinstance(data, dict):
+        raise bad(f"JSON {type(data).__name__}, not an object")
+    choices = data.get("choices")
+    if not isinstance(choices, list) or not choices:
+        raise bad("no choices")
+    choice = choices[0]
+    message = choice.get("message") if isinstance(choice, dict) else None
+    if not isinstance(message, dict):
+        raise bad("choices[0] has no message object")
+    for obj, key, types in ((data, "id", str), (choice, "finish_reason", str),
+                            (message, "content", str), (message, "tool_calls", list)):
+        if obj.get(key) is not None and not isinstance(obj[key], types):
+            raise bad(f"{key} is a {type(obj[key]).__name__}")
+    for tc in message.get("tool_calls") or []:
+        if not isinstance(tc, dict) or tc.get("type") not in _TOOL_CALL_TYPES:
+            raise bad("a tool call is not an object of a known type")
+        fn = tc.get("function")
+        if tc.get("id") is not None and not isinstance(tc["id"], str):
+            raise bad("a tool call id is not a string")
+        if tc.get("type") != "custom" and not (
+            isinstance(fn, dict) and isinstance(fn.get("name"), str)
+            and isinstance(fn.get("arguments"), str | None)
+        ):
+            raise bad("a tool call has no function with a string name and arguments")
+    # Only the model's fields: an extra key such as "_fields_set" must not reach `model_construct`.
+    fields = ChatCompletion.model_fields
+    return ChatCompletion.model_construct(**{k: v for k, v in data.items() if k in fields})
+
+
 @dataclass
 class ParsedReply:
     content: str | None
@@ -83,9 +141,8 @@ class ParsedReply:
 
 
 def parse_reply(completion: ChatCompletion) -> ParsedReply:
-    """Validate one completion. Raises InvalidOutput for replies that cannot be a turn."""
-    if not completion.choices:
-        raise InvalidOutput(Termination.INVALID_OUTPUT, "completion has no choices", "")
+    """Judge one completion (from `parse_completion`). Raises InvalidOutput for replies that cannot
+    be a turn: the model's output, scored."""
     choice = completion.choices[0]
     raw = choice.message.content or ""
     if choice.finish_reason == "length":
@@ -97,10 +154,10 @@ def parse_reply(completion: ChatCompletion) -> ParsedReply:
             raise InvalidOutput(Termination.INVALID_OUTPUT, f"non-function tool call {tc!r}", raw)
         try:
             args = json.loads(fn.arguments) if fn.arguments else {}
-        except json.JSONDecodeError as e:
+        except (ValueError, RecursionError) as e:  # a JSONDecodeError, or nested too deeply
             raise InvalidOutput(
                 Termination.INVALID_OUTPUT,
-                f"tool call {fn.name!r} has malformed JSON arguments ({e.msg})",
+                f"tool call {fn.name!r} has malformed JSON arguments ({getattr(e, 'msg', type(e).__name__)})",
                 raw + f"\n[tool_call {fn.name}: {fn.arguments}]",
             ) from None
         if not isinstance(args, dict):
@@ -118,7 +175,8 @@ def parse_reply(completion: ChatCompletion) -> ParsedReply:
 
 
 def _is_retryable(exc: BaseException) -> bool:
-    if isinstance(exc, openai.APIConnectionError | openai.APITimeoutError | httpx.TransportError):
+    if isinstance(exc, MalformedReply | openai.APIConnectionError | openai.APITimeoutError
+                  | httpx.TransportError):
         return True
     if isinstance(exc, openai.APIStatusError):
         return exc.status_code in _RETRYABLE_STATUS or exc.status_code >= 500
@@ -164,7 +222,10 @@ class ChatEndpoint:
         The body is posted as built: it is already plain JSON, and the SDK's per-request
         transformation of every message and tool schema would cost ~2.5 ms of CPU per call.
         """
-        body: dict[str, Any] = {"model": self.model, "messages": messages, **sampling}
+        # `extra_body` (e.g. a Qwen3 user simulator's chat_template_kwargs) is merged into the body,
+        # as the OpenAI SDK does with its argument of that name.
+        extra_body = sampling.pop("extra_body", None) or {}
+        body: dict[str, Any] = {"model": self.model, "messages": messages, **sampling, **extra_body}
         if tools:
             body["tools"] = tools
             body.setdefault("tool_choice", "auto")
@@ -179,15 +240,16 @@ class ChatEndpoint:
                 with attempt:
                     start = time.perf_counter()
                     try:
-                        completion = await self.client.post(
-                            "/chat/completions", cast_to=ChatCompletion, body=body,
+                        response = await self.client.post(
+                            "/chat/completions", cast_to=httpx.Response, body=body,
                             options={"headers": self.headers},
                         )
+                        completion = parse_completion(response.content)
                     except Exception:
                         self.failed_attempts += 1
                         raise
                     return completion, time.perf_counter() - start
-        except openai.OpenAIError as e:
+        except (openai.OpenAIError, MalformedReply) as e:
             raise EpisodeRejected(
                 self.reject_reason,
                 f"{type(e).__name__} after {self.failed_attempts} failed attempt(s): {e}",

@@ -17,19 +17,35 @@ Pure functions over `TrialRecord`s (one per attempted trial); no I/O. Definition
 * **overall** applies the same formulas to all tasks of all domains together, so every task weighs
   the same (domains with more tasks weigh more); `domain_mean_pass_hat_k` is the plain mean of the
   per-domain values instead.
+* **Intervals** (`pass_hat_k_ci`, `pass_at_k_ci`): percentile bootstrap over tasks. The tasks of a
+  domain (those with >= k valid trials) are resampled with replacement, each keeping its own unbiased
+  per-task estimate (its trials are not resampled); the interval runs from the (1 - confidence)/2 to
+  the (1 + confidence)/2 quantile (inverse empirical CDF) of the resampled means. **overall** is
+  stratified: each resample draws every domain's tasks within that domain, keeping the domain sizes.
+  Resamples come from a fixed seed, so reports are reproducible. `exact_bootstrap_distribution`
+  enumerates every resample of a few tasks exactly (the tests check the Monte-Carlo intervals
+  against it).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
+
+import numpy as np
 
 SUCCESS_THRESHOLD = 1.0 - 1e-6
 OVERALL = "overall"
+INTERVAL_METHOD = (
+    "percentile bootstrap over tasks (tasks resampled with replacement, each keeping its own unbiased "
+    "estimate); overall is stratified (tasks resampled within each domain)"
+)
 
 
 def is_success(tau2_reward: float) -> bool:
@@ -110,6 +126,153 @@ def final_trials(records: Iterable[TrialRecord]) -> dict[tuple[str, str, int], T
     return out
 
 
+@dataclass(frozen=True)
+class TaskCounts:
+    """One task's valid trials `n` and successes `c` (rejected trials excluded)."""
+
+    n: int
+    c: int
+
+
+def task_counts(records: Iterable[TrialRecord]) -> dict[str, dict[str, TaskCounts]]:
+    """domain -> task id -> counts, for every task with a recorded attempt (n is 0 when none is valid)."""
+    outcomes: dict[str, dict[str, list[bool]]] = defaultdict(lambda: defaultdict(list))
+    for r in final_trials(records).values():
+        per_task = outcomes[r.domain][r.task_id]
+        if r.scored:
+            per_task.append(is_success(r.tau2_reward))  # type: ignore[arg-type]
+    return {
+        d: {t: TaskCounts(len(o), sum(o)) for t, o in sorted(tasks.items())}
+        for d, tasks in sorted(outcomes.items())
+    }
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A confidence interval [low, high]."""
+
+    low: float
+    high: float
+
+    def contains(self, value: float) -> bool:
+        return self.low <= value <= self.high
+
+
+@dataclass(frozen=True)
+class BootstrapConfig:
+    """Percentile bootstrap settings: resamples, confidence level and the seed of every draw."""
+
+    resamples: int = 10_000
+    confidence: float = 0.95
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.resamples < 1:
+            raise ValueError(f"bootstrap resamples must be >= 1, got {self.resamples}")
+        if not 0.0 < self.confidence < 1.0:
+            raise ValueError(f"confidence must be in (0, 1), got {self.confidence}")
+        if self.seed < 0:
+            raise ValueError(f"bootstrap seed must be >= 0, got {self.seed}")
+
+    def rng(self, *stream: int) -> np.random.Generator:
+        """The generator of one named stream of draws, independent of the order streams are used in."""
+        return np.random.default_rng([self.seed, *stream])
+
+
+DEFAULT_BOOTSTRAP = BootstrapConfig()
+_BLOCK_CELLS = 1 << 21  # resampled indices drawn at once (bounds memory for large task sets)
+
+
+def resampled_means(
+    strata: Sequence[np.ndarray], config: BootstrapConfig, stream: Sequence[int] = ()
+) -> tuple[list[np.ndarray | None], np.ndarray | None]:
+    """Bootstrap distributions of the mean of each stratum and of all rows together (stratified).
+
+    Each stratum is an (n_d, m) array: one row per task, one column per statistic (all columns share
+    the same resamples). Every resample draws n_d rows with replacement within each stratum. Returns
+    (one (B, m) array per stratum, None for an empty one) and the (B, m) array of the mean over all
+    resampled rows (None when every stratum is empty).
+    """
+    per: list[np.ndarray | None] = []
+    total: np.ndarray | None = None
+    rows = 0
+    for index, stratum in enumerate(strata):
+        values = np.asarray(stratum, dtype=float)
+        n = len(values)
+        if n == 0:
+            per.append(None)
+            continue
+        rng = config.rng(*stream, index)
+        block = max(1, _BLOCK_CELLS // n)
+        sums = np.concatenate([
+            values[rng.integers(0, n, size=(min(block, config.resamples - start), n))].sum(axis=1)
+            for start in range(0, config.resamples, block)
+        ])
+        per.append(sums / n)
+        total = sums if total is None else total + sums
+        rows += n
+    return per, None if total is None else total / rows
+
+
+def percentile_interval(samples: np.ndarray, confidence: float) -> Interval:
+    """The (1 -+ confidence)/2 quantiles of a bootstrap distribution (inverse empirical CDF)."""
+    alpha = (1.0 - confidence) / 2.0
+    low, high = np.quantile(np.asarray(samples, dtype=float), [alpha, 1.0 - alpha], method="inverted_cdf")
+    return Interval(float(low), float(high))
+
+
+EXACT_LIMIT = 2_000_000
+"""Most resampled multisets `exact_bootstrap_distribution` enumerates in one stratum."""
+
+
+def exact_bootstrap_distribution(strata: Sequence[Sequence[Fraction]]) -> dict[Fraction, Fraction]:
+    """The exact bootstrap distribution of the stratified mean: value -> probability.
+
+    Enumerates, per stratum of n values, every multiset of n draws with its multinomial probability
+    (n! / prod(counts!) / n^n), then combines strata; feasible for up to about 10 values a stratum.
+    """
+    dist: dict[Fraction, Fraction] = {Fraction(0): Fraction(1)}
+    rows = 0
+    for values in strata:
+        n = len(values)
+        if n == 0:
+            continue
+        if math.comb(2 * n - 1, n) > EXACT_LIMIT:
+            raise ValueError(f"a stratum of {n} values has too many resamples to enumerate")
+        sums: dict[Fraction, Fraction] = defaultdict(Fraction)
+        for draw in itertools.combinations_with_replacement(range(n), n):
+            counts = Counter(draw)
+            ways = math.factorial(n)
+            for c in counts.values():
+                ways //= math.factorial(c)
+            sums[sum((Fraction(values[i]) * c for i, c in counts.items()), Fraction(0))] += Fraction(
+                ways, n**n)
+        combined: dict[Fraction, Fraction] = defaultdict(Fraction)
+        for (s1, p1), (s2, p2) in itertools.product(dist.items(), sums.items()):
+            combined[s1 + s2] += p1 * p2
+        dist = dict(combined)
+        rows += n
+    if rows == 0:
+        raise ValueError("no values to resample")
+    return dict(sorted((s / rows, p) for s, p in dist.items()))
+
+
+def distribution_quantile(dist: dict[Fraction, Fraction], p: Fraction) -> Fraction:
+    """The smallest value whose cumulative probability is >= p (the inverse CDF)."""
+    cumulative = Fraction(0)
+    for value, prob in sorted(dist.items()):
+        cumulative += prob
+        if cumulative >= p:
+            return value
+    return max(dist)
+
+
+def exact_percentile_interval(dist: dict[Fraction, Fraction], confidence: float) -> tuple[Fraction, Fraction]:
+    """`percentile_interval` of an exact distribution (same quantile definition)."""
+    alpha = (1 - Fraction(str(confidence))) / 2
+    return distribution_quantile(dist, alpha), distribution_quantile(dist, 1 - alpha)
+
+
 @dataclass
 class ComponentStats:
     """One tau2 reward component (DB, COMMUNICATE, ACTION, ENV_ASSERTION...) over valid trials."""
@@ -145,6 +308,9 @@ class GroupMetrics:
     mean_tool_calls: float | None
     terminations: dict[str, int]
     reward_components: dict[str, ComponentStats]
+    pass_hat_k_ci: dict[int, Interval | None] = field(default_factory=dict)
+    """Bootstrap confidence interval of each pass^k value (empty when intervals were not computed)."""
+    pass_at_k_ci: dict[int, Interval | None] = field(default_factory=dict)
 
 
 @dataclass
@@ -154,6 +320,9 @@ class EvalReport:
     overall: GroupMetrics
     domain_mean_pass_hat_k: dict[int, float | None]
     success_threshold: float = SUCCESS_THRESHOLD
+    bootstrap: BootstrapConfig | None = None
+    """How the intervals were computed; None: no intervals."""
+    interval_method: str = ""
 
     def groups(self) -> list[GroupMetrics]:
         return [*self.domains.values(), self.overall]
@@ -207,12 +376,37 @@ def _group(name: str, attempts: list[TrialRecord], finals: list[TrialRecord], ma
     )
 
 
-def compute_report(records: Iterable[TrialRecord], max_k: int) -> EvalReport:
-    """Per-domain and overall metrics for k = 1..max_k from every recorded attempt."""
+def task_values(counts: Iterable[TaskCounts], k: int) -> np.ndarray:
+    """(tasks, 2) array of the per-task pass^k and pass@k estimates of the tasks with n >= k."""
+    rows = [(pass_hat_k(t.n, t.c, k), pass_at_k(t.n, t.c, k)) for t in counts if t.n >= k]
+    return np.array(rows, dtype=float).reshape(-1, 2)
+
+
+def _add_intervals(report: EvalReport, counts: dict[str, dict[str, TaskCounts]],
+                   config: BootstrapConfig) -> None:
+    """Fill every group's pass^k / pass@k intervals: per domain, and stratified over domains."""
+    names = list(report.domains)
+    for k in range(1, report.max_k + 1):
+        per, total = resampled_means([task_values(counts[d].values(), k) for d in names], config, (k,))
+        for group, samples in [*zip(report.domains.values(), per, strict=True), (report.overall, total)]:
+            hat = at = None
+            if samples is not None:
+                hat = percentile_interval(samples[:, 0], config.confidence)
+                at = percentile_interval(samples[:, 1], config.confidence)
+            group.pass_hat_k_ci[k] = hat
+            group.pass_at_k_ci[k] = at
+    report.bootstrap = config
+    report.interval_method = INTERVAL_METHOD
+
+
+def compute_report(records: Iterable[TrialRecord], max_k: int,
+                   bootstrap: BootstrapConfig | None = DEFAULT_BOOTSTRAP) -> EvalReport:
+    """Per-domain and overall metrics for k = 1..max_k from every recorded attempt, with bootstrap
+    intervals (`bootstrap=None`: without)."""
     if max_k < 1:
         raise ValueError(f"max_k must be >= 1, got {max_k}")
     attempts = list(records)
-    finals = list(final_trials(attempts).values())
+    finals = sorted(final_trials(attempts).values(), key=lambda r: r.key)  # finish order must not matter
     domains = sorted({r.domain for r in attempts})
     per_domain = {
         d: _group(d, [r for r in attempts if r.domain == d], [r for r in finals if r.domain == d], max_k)
@@ -222,27 +416,48 @@ def compute_report(records: Iterable[TrialRecord], max_k: int) -> EvalReport:
     for k in range(1, max_k + 1):
         values = [g.pass_hat_k[k] for g in per_domain.values()]
         domain_mean[k] = None if not values or None in values else _mean(values)  # type: ignore[arg-type]
-    return EvalReport(
+    report = EvalReport(
         max_k=max_k,
         domains=per_domain,
         overall=_group(OVERALL, attempts, finals, max_k),
         domain_mean_pass_hat_k=domain_mean,
     )
+    if bootstrap is not None:
+        _add_intervals(report, task_counts(attempts), bootstrap)
+    return report
 
 
 def _fmt(value: float | None, digits: int = 3) -> str:
     return "–" if value is None else f"{value:.{digits}f}"
 
 
-def _k_cells(values: dict[int, float | None], tasks_at_k: dict[int, int], scored_tasks: int) -> list[str]:
+def format_interval(value: float | None, interval: Interval | None = None, digits: int = 3,
+                    sign: bool = False) -> str:
+    """`0.620 [0.550, 0.700]`; just the value when there is no interval."""
+    spec = f"{'+' if sign else ''}.{digits}f"
+    if value is None:
+        return "–"
+    text = format(value, spec)
+    return text if interval is None else f"{text} [{interval.low:{spec}}, {interval.high:{spec}}]"
+
+
+def _k_cells(values: dict[int, float | None], cis: dict[int, Interval | None], tasks_at_k: dict[int, int],
+             scored_tasks: int) -> list[str]:
     # A value over fewer tasks than the group has (some had < k valid trials) says so.
     return [
-        _fmt(v) + ("" if tasks_at_k[k] == scored_tasks else f" ({tasks_at_k[k]} tasks)")
+        format_interval(v, cis.get(k))
+        + ("" if tasks_at_k[k] == scored_tasks else f" ({tasks_at_k[k]} tasks)")
         for k, v in values.items()
     ]
 
 
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+def interval_note(config: BootstrapConfig) -> str:
+    """One sentence on how the intervals were computed."""
+    return (f"Intervals: {config.confidence:.0%} {INTERVAL_METHOD}; {config.resamples} resamples, "
+            f"seed {config.seed}.")
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
     return [
         "| " + " | ".join(header) + " |",
         "|" + "|".join("---" for _ in header) + "|",
@@ -258,23 +473,23 @@ def format_markdown(report: EvalReport) -> str:
         f"Success: tau2 reward >= {report.success_threshold!r}. Rejected trials (infrastructure "
         "failures) are excluded, never counted as failures. A value marked `(N tasks)` averages only "
         "the tasks with at least k valid trials.",
-        "",
-        "### pass^k (all k trials succeed)",
-        "",
     ]
+    if report.bootstrap is not None:
+        out += ["", interval_note(report.bootstrap)]
+    out += ["", "### pass^k (all k trials succeed)", ""]
     rows = []
     for g in groups:
         scored = g.num_tasks - g.tasks_without_valid_trial
-        rows.append([g.name, str(scored), *_k_cells(g.pass_hat_k, g.tasks_at_k, scored)])
+        rows.append([g.name, str(scored), *_k_cells(g.pass_hat_k, g.pass_hat_k_ci, g.tasks_at_k, scored)])
     if len(report.domains) > 1:
         rows.append(["mean of domains", "", *(_fmt(report.domain_mean_pass_hat_k[k]) for k in ks)])
-    out += _table(["domain", "tasks", *(f"pass^{k}" for k in ks)], rows)
+    out += markdown_table(["domain", "tasks", *(f"pass^{k}" for k in ks)], rows)
     out += ["", "### pass@k (at least one of k trials succeeds)", ""]
     rows = []
     for g in groups:
         scored = g.num_tasks - g.tasks_without_valid_trial
-        rows.append([g.name, str(scored), *_k_cells(g.pass_at_k, g.tasks_at_k, scored)])
-    out += _table(["domain", "tasks", *(f"pass@{k}" for k in ks)], rows)
+        rows.append([g.name, str(scored), *_k_cells(g.pass_at_k, g.pass_at_k_ci, g.tasks_at_k, scored)])
+    out += markdown_table(["domain", "tasks", *(f"pass@{k}" for k in ks)], rows)
     out += ["", "### Episodes", ""]
     rows = []
     for g in groups:
@@ -285,7 +500,7 @@ def format_markdown(report: EvalReport) -> str:
             _fmt(g.mean_reward), _fmt(g.mean_agent_turns, 1), _fmt(g.mean_tool_calls, 1),
             ", ".join(f"{t}: {n}" for t, n in g.terminations.items()) or "–",
         ])
-    out += _table(
+    out += markdown_table(
         ["domain", "valid trials", "rejected trials", "rejected attempts", "tasks w/o valid trial",
          "success rate", "mean tau2 reward", "mean reward", "policy turns", "tool calls", "terminations"],
         rows,
@@ -300,5 +515,5 @@ def format_markdown(report: EvalReport) -> str:
                 s = g.reward_components.get(c)
                 cells.append("–" if s is None else f"{s.mean:.3f} ({s.count})")
             rows.append([g.name, *cells])
-        out += _table(["domain", *components], rows)
+        out += markdown_table(["domain", *components], rows)
     return "\n".join(out) + "\n"

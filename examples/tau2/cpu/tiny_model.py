@@ -9,7 +9,7 @@ the scripted `user-scenario` simulator), after which sampling produces well-form
 the time. Everything is seeded and cached on disk under a key of the recipe, the tokenizer files and
 the warm-up data, so a second run loads in well under a second.
 
-CLI: `python -m examples.tau2.tiny_model [--warmup-steps N] [--cache-dir DIR]` prints the path.
+CLI: `python -m examples.tau2.cpu.tiny_model [--warmup-steps N] [--cache-dir DIR]` prints the path.
 """
 
 from __future__ import annotations
@@ -181,7 +181,7 @@ def record_oracle_turns(domain: str, task_ids: list[str]) -> list[WarmupExample]
 async def _record(domain: str, task_ids: list[str]) -> list[WarmupExample]:
     import httpx
 
-    from examples.tau2.scripted_endpoint import EndpointThread
+    from examples.tau2.cpu.scripted_endpoint import EndpointThread
     from examples.tau2.tau2_agent import Tau2AgentWorkflow
 
     examples: list[WarmupExample] = []
@@ -393,6 +393,9 @@ def main() -> None:
     parser.add_argument("--cache-dir", default="")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    from examples.tau2.tau2_utils import setup_runtime
+
+    setup_runtime()
     recipe = TinyModelRecipe(warmup_steps=args.warmup_steps, warmup_domain=args.warmup_domain,
                              warmup_lr=args.warmup_lr, seed=args.seed)
     path = ensure_tiny_model(recipe, args.cache_dir or None)

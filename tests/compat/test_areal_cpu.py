@@ -10,8 +10,8 @@ import sys
 import pytest
 from areal.api.cli_args import vLLMConfig
 
-from examples.tau2 import cpu_trainer
-from examples.tau2.cpu_trainer import (
+from examples.tau2.compat import areal_cpu
+from examples.tau2.compat.areal_cpu import (
     LAUNCHER_MODULE,
     REPO,
     VLLM_PYTHON_ENV,
@@ -31,7 +31,7 @@ def test_missing_vllm_venv_is_one_clear_error(monkeypatch, tmp_path):
 def test_server_command_is_areals_run_by_the_vllm_venv_through_the_launcher(monkeypatch):
     monkeypatch.setenv(VLLM_PYTHON_ENV, sys.executable)
     cfg = vLLMConfig(model="/m", dtype="float32", enforce_eager=True, block_size=32,
-                     worker_extension_cls="examples.tau2.vllm_cpu_worker.CpuReloadWorkerExtension")
+                     worker_extension_cls="examples.tau2.compat.vllm_cpu_worker.CpuReloadWorkerExtension")
     args = vLLMConfig.build_args(cfg, 1, 1, host="127.0.0.1", port=1234)
     cmd = vllm_server_command(args)
     areal_cmd = vLLMConfig.build_cmd_from_args(args)
@@ -59,27 +59,25 @@ class _Collect(logging.Handler):
 
 
 def test_stats_logger_appends_each_step_as_a_json_line(tmp_path):
-    from examples.tau2.tau2_smoke_config import load_smoke_config
+    from examples.tau2.cpu.smoke_config import load_smoke_config
 
-    config, _, _ = load_smoke_config([
-        "--config", str(REPO / "examples/tau2/configs/smoke_cpu.yaml"), f"cluster.fileroot={tmp_path}",
-    ])
+    config, _, _ = load_smoke_config([f"cluster.fileroot={tmp_path}"])
 
     class Spec:
         total_train_epochs, steps_per_epoch, total_train_steps = 1, 2, 2
 
     stats_logger = JsonlStatsLogger(config, Spec())
     collect = _Collect()
-    cpu_trainer.logger.addHandler(collect)
-    cpu_trainer.logger.setLevel(logging.INFO)
+    areal_cpu.logger.addHandler(collect)
+    areal_cpu.logger.setLevel(logging.INFO)
     try:
         stats_logger.commit(0, 0, 0, {"a/avg": 1.5, "a__count": 3, "ppo_actor/n_seqs": 9})
     finally:
-        cpu_trainer.logger.removeHandler(collect)
+        areal_cpu.logger.removeHandler(collect)
     stats_logger.commit(0, 1, 1, [{"a/avg": 2.0}])
     rows = [json.loads(line) for line in stats_logger.jsonl_path.read_text().splitlines()]
     assert collect.lines == ["step 1 done: rows 9"]
     assert rows == [{"epoch": 0, "step": 0, "global_step": 0, "a/avg": 1.5, "ppo_actor/n_seqs": 9.0},
                     {"epoch": 0, "step": 1, "global_step": 1, "a/avg": 2.0}]
-    assert stats_logger.jsonl_path.name == cpu_trainer.STATS_FILE
+    assert stats_logger.jsonl_path.name == areal_cpu.STATS_FILE
     assert str(stats_logger.jsonl_path).startswith(str(tmp_path))

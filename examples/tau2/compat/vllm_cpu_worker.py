@@ -7,8 +7,9 @@ the checkpoint layout, loads, and repacks; that is used here. A tied `lm_head` s
 embedding's weight but keeps its own packed copy for the output projection, which the reload does
 not rebuild, so it is repacked explicitly.
 
-Selected with `vllm.worker_extension_cls: examples.tau2.vllm_cpu_worker.CpuReloadWorkerExtension`.
-Runs inside the vLLM venv's engine process (imports vLLM at module level).
+Selected with `vllm.worker_extension_cls: examples.tau2.compat.vllm_cpu_worker.CpuReloadWorkerExtension`.
+Runs inside the vLLM venv's engine process (imports vLLM at module level), which
+`compat.vllm_cpu_server` starts after checking the vLLM and AReaL versions this mirrors.
 """
 
 from __future__ import annotations

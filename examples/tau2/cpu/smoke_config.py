@@ -1,7 +1,9 @@
 """The smoke run's config: the training config (`Tau2PPOConfig`) plus a `smoke` section, and its checks.
 
-Kept apart from `tau2_smoke` (run as `__main__`) because AReaL sends the config to its workers as a
-dataclass named by module path, which must be importable there.
+The config is `config.yaml` with the `configs/smoke_cpu.yaml` variant layered over it (Hydra's group
+syntax, as every variant), so the smoke run and the cluster run share every setting they do not
+deliberately change. Kept apart from `smoke` (run as `__main__`) because AReaL sends the config to its
+workers as a dataclass named by module path, which must be importable there.
 """
 
 from __future__ import annotations
@@ -13,10 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from examples.tau2 import tau2_dataset
+from examples.tau2.cpu.tiny_model import TinyModelRecipe
 from examples.tau2.tau2_config import ConfigError, Tau2PPOConfig, split_config_argv
 from examples.tau2.tau2_utils import first_line
-from examples.tau2.tiny_model import TinyModelRecipe
+
+MAIN_CONFIG = Path(__file__).resolve().parents[1] / "config.yaml"
+SMOKE_VARIANT = "+configs=smoke_cpu"
 
 
 @dataclass
@@ -43,12 +47,18 @@ class SmokeConfigError(ConfigError):
 
 
 def load_smoke_config(argv: list[str]) -> tuple[Tau2SmokeConfig, Path, list[str]]:
-    """(config, config file, overrides) without side effects, composed as AReaL composes it."""
+    """(config, config file, overrides) without side effects, composed as AReaL composes it.
+
+    Without `--config`, the config is `config.yaml` with the smoke variant (`+configs=smoke_cpu`)
+    first among the overrides, so that later `key=value` overrides win over both.
+    """
     from areal.api.cli_args import parse_cli_args, to_structured_cfg
     from omegaconf import OmegaConf
 
+    if not any(a == "--config" or a.startswith("--config=") for a in argv):
+        argv = ["--config", str(MAIN_CONFIG), SMOKE_VARIANT, *argv]
     config_file, overrides = split_config_argv(
-        argv, "usage: tau2_smoke --config FILE [key=value ...]", SmokeConfigError
+        argv, "usage: python -m examples.tau2.cpu.smoke [--config FILE] [key=value ...]", SmokeConfigError
     )
     try:
         raw, _ = parse_cli_args(["--config", str(config_file), *overrides])
@@ -68,7 +78,8 @@ def user_endpoint_port(url: str) -> int:
 
 def check_config(config: Tau2SmokeConfig) -> list[str]:
     """Every problem with a smoke config, one sentence each; nothing is started."""
-    from examples.tau2.cpu_trainer import vllm_python
+    from examples.tau2 import tau2_dataset
+    from examples.tau2.compat.areal_cpu import vllm_python
     from examples.tau2.tau2_validate import check_datasets, check_paths, check_training
 
     errors = list(config.econfig.validate())

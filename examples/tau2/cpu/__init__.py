@@ -1,0 +1,7 @@
+"""The embedded CPU runtime: the whole RL loop on a machine with no GPU and no API key.
+
+`smoke` (the runner, `bash examples/tau2/tau2_rl.sh smoke`) and its config `smoke_config`, the tiny
+Qwen3 policy built in code (`tiny_model`), and the scripted OpenAI-compatible endpoint that stands in
+for the user simulator (and, in tests and benchmarks, for the policy): `scripted_endpoint`. The
+CPU-capable AReaL engines it runs on live in `compat/areal_cpu.py`. See SMOKE.md.
+"""

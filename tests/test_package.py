@@ -1,0 +1,114 @@
+"""Importing any module of the package changes no global state.
+
+The one named exception: `examples/tau2/__init__.py` sets LITELLM_LOCAL_MODEL_COST_MAP when the user
+has not (it must precede tau2's import of litellm). Everything else — tau2's loguru routing, the tau2
+cache's switch — happens in `setup_runtime()` or on first use, never at import.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import pkgutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import examples.tau2
+
+REPO = Path(__file__).resolve().parents[1]
+VLLM_VENV_ONLY = {"examples.tau2.compat.vllm_cpu_worker"}
+"""Imports vLLM at module level: checked in the vLLM venv (tests/compat/test_vllm_cpu_server.py)."""
+
+SNAPSHOT = r'''
+import json, logging, os, sys, threading, warnings
+
+def snapshot():
+    from loguru import logger as loguru_logger
+    # The package's own loggers ("tau2_areal.*") may be created at import, but not configured.
+    loggers = {name: (lg.level, len(lg.handlers), lg.propagate, lg.disabled)
+               for name, lg in logging.Logger.manager.loggerDict.items() if isinstance(lg, logging.Logger)
+               and not (name.startswith("tau2_areal") and (lg.level, lg.handlers, lg.propagate,
+                                                           lg.disabled) == (0, [], True, False))}
+    root = logging.getLogger()
+    return {
+        "environ": dict(os.environ),
+        "loguru_handlers": sorted(loguru_logger._core.handlers),
+        "root_logger": [root.level, [type(h).__name__ for h in root.handlers]],
+        "loggers": {k: list(v) for k, v in loggers.items()},
+        "sys_path": list(sys.path),
+        "threads": sorted(t.name for t in threading.enumerate()),
+        "warning_filters": len(warnings.filters),
+        "cwd": os.getcwd(),
+    }
+'''
+
+
+def package_modules() -> list[str]:
+    names = [m.name for m in pkgutil.walk_packages(examples.tau2.__path__, "examples.tau2.")]
+    return sorted(n for n in names if n not in VLLM_VENV_ONLY)
+
+
+def third_party_imports(modules: list[str]) -> list[list[str]]:
+    """[module, name...] for every module-level import of a third-party package in the package (not
+    `examples`, not the stdlib): what must be imported before the snapshot, names included, because a
+    package may import more when a name is first taken from it (`from areal import PPOTrainer`)."""
+    found: dict[str, set[str]] = {}
+    for name in modules:
+        path = REPO / (name.replace(".", "/") + ".py")
+        if not path.exists():
+            path = REPO / name.replace(".", "/") / "__init__.py"
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    found.setdefault(a.name, set())
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                found.setdefault(node.module, set()).update(a.name for a in node.names)
+    skip = set(sys.stdlib_module_names) | {"examples", "__future__"}
+    return [[m, *sorted(names)] for m, names in sorted(found.items()) if m.split(".")[0] not in skip]
+
+
+def _run(code: str, env: dict[str, str]) -> dict:
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                         cwd=REPO, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_importing_every_module_changes_no_global_state():
+    modules = package_modules()
+    assert "examples.tau2.tau2_agent" in modules and "examples.tau2.cpu.smoke" in modules
+    deps = third_party_imports(modules)
+    code = SNAPSHOT + (
+        "import importlib\n"
+        f"for m, *names in {deps!r}:\n"
+        "    mod = importlib.import_module(m)\n"
+        "    for n in names:\n"
+        "        getattr(mod, n, None) or importlib.import_module(f'{m}.{n}')\n"
+        "before = snapshot()\n"
+        f"for m in {modules!r}: importlib.import_module(m)\n"
+        "after = snapshot()\n"
+        "print(json.dumps({k: [before[k], after[k]] for k in before if before[k] != after[k]}))\n"
+    )
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    changed = _run(code, env)
+    assert changed == {}, f"importing the package changed: {json.dumps(changed)[:3000]}"
+
+
+def test_the_package_sets_only_the_litellm_cost_map_default():
+    code = SNAPSHOT + (
+        "before = snapshot()\n"
+        "import examples.tau2\n"
+        "after = snapshot()\n"
+        "env = {k: v for k, v in after['environ'].items() if before['environ'].get(k) != v}\n"
+        "rest = {k: 1 for k in before if k != 'environ' and before[k] != after[k]}\n"
+        "print(json.dumps({'env': env, 'rest': rest}))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "LITELLM_LOCAL_MODEL_COST_MAP"}
+    assert _run(code, env) == {"env": {"LITELLM_LOCAL_MODEL_COST_MAP": "True"}, "rest": {}}
+    env["LITELLM_LOCAL_MODEL_COST_MAP"] = "False"  # the user's own choice stands
+    assert _run(code, env) == {"env": {}, "rest": {}}
