@@ -11,6 +11,7 @@ import itertools
 import json
 import logging
 import math
+import os
 import shutil
 import signal
 import subprocess
@@ -231,6 +232,79 @@ def test_resume_after_an_interrupted_process_gives_identical_results(endpoint, m
     assert main(args) == 0
     assert report(out) == report(mixed_run)
     assert len(lines(out)) == 9 and lines(out)[: len(done)] == done
+
+
+KILL_MID_WRITE = """
+import json, os, sys, time
+from examples.tau2 import tau2_eval
+
+calls = []
+original = tau2_eval.TrialLog.append
+
+def append(self, record):  # the third line is cut half-way: the moment a SIGKILL would leave it torn
+    calls.append(record)
+    if len(calls) < 3:
+        return original(self, record)
+    line = json.dumps(record.to_json()) + "\\n"
+    original(self, record)  # opens the file, then the torn version replaces the whole line
+    self._file.seek(0, 2)
+    self._file.truncate(self._file.tell() - len(line) // 2)
+    self._file.flush()
+    os.fsync(self._file.fileno())
+    open(os.environ["TAU2_TEST_READY"], "w").close()
+    time.sleep(600)
+
+tau2_eval.TrialLog.append = append
+sys.exit(tau2_eval.main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.slow
+def test_resume_after_sigkill_mid_write_gives_identical_results(endpoint, mixed_run, tmp_path):
+    """kill -9 while a line of trials.jsonl is half on disk, then kill -9 again at an arbitrary moment:
+    the reruns give the uninterrupted run's results, each trial once, one dump per scored trial."""
+    out, ready = tmp_path / "killed", tmp_path / "ready"
+    args = cli(endpoint, out, MIXED, "--trials", "3", "--concurrency", "1")
+    env = {**os.environ, "TAU2_TEST_READY": str(ready)}
+    first = subprocess.Popen([sys.executable, "-c", KILL_MID_WRITE, *args], cwd=REPO, env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    second = None
+    try:
+        deadline = time.monotonic() + 120
+        while not ready.exists():
+            assert first.poll() is None and time.monotonic() < deadline, first.stderr.read()[-3000:]
+            time.sleep(0.05)
+        first.kill()  # SIGKILL with the third line half written
+        first.wait()
+        text = (out / "trials.jsonl").read_text()
+        assert text.count("\n") == 2 and not text.endswith("\n")
+        dumps_before = len(list((out / "dumps").rglob("*.json")))
+        assert dumps_before == 3  # the torn trial's dump was written before its line
+
+        second = subprocess.Popen([sys.executable, "-m", "examples.tau2.tau2_eval", *args], cwd=REPO,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        log = out / "trials.jsonl"
+        while log.read_text().count("\n") < 5 and second.poll() is None:  # the torn line is cut first
+            assert time.monotonic() < deadline, "the rerun recorded no trial in time"
+            time.sleep(0.02)
+        second.kill()  # SIGKILL at whatever it is doing (a trial in flight, a line, a dump)
+        second.communicate()
+    finally:
+        for p in (first, second):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
+    assert main(args) == 0
+    assert report(out) == report(mixed_run)
+    recorded = lines(out)
+    assert sorted((r["task_id"], r["trial"]) for r in recorded) == sorted(
+        (t, k) for t in MOCK_TASKS for k in range(3))
+    scored = [r for r in recorded if r["dump_path"]]
+    assert len(scored) == 9 and all(Path(r["dump_path"]).is_file() for r in scored)
+    assert len(list((out / "dumps").rglob("*.json"))) == 9  # exactly one dump per trial
+    assert len(list((out / "dumps").rglob("*.txt"))) == 9
+    assert not list((out / "dumps").rglob("*.tmp"))
+    assert list((out / "dumps.superseded").rglob("*.json"))  # the torn trial's first dump, kept aside
 
 
 @pytest.mark.parametrize("change,expected", [

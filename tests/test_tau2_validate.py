@@ -128,7 +128,8 @@ SHAPE_ERRORS = [
 @pytest.mark.parametrize(("fields", "backends", "fragment"), SHAPE_ERRORS)
 def test_parallel_degrees_against_the_model_shape(clean, tmp_path, fields, backends, fragment):
     model = write_model(tmp_path / "model", **fields)
-    errors = errors_for(clean, f"actor.path={model}", *backends)
+    # Tree training (config.yaml) refuses pp/cp > 1 on its own: off here, these are shape checks.
+    errors = errors_for(clean, f"actor.path={model}", "actor.enable_tree_training=false", *backends)
     assert len(errors) == 1, errors
     assert fragment in errors[0]
 
@@ -271,3 +272,26 @@ def test_reference_and_critic_engines_count(tmp_path):
     assert check_gpus(config, engine_uses(config)) == [
         "the engines need 7 GPUs (rollout 4 + actor 2 + ref 1) but cluster.n_nodes x "
         "cluster.n_gpus_per_node = 1 x 6 = 6"]
+
+
+@pytest.mark.parametrize(("overrides", "fragment"), [
+    (["actor.backend=archon:d1p2"], "tree_training needs pipeline and context parallel sizes of 1"),
+    (["actor.backend=archon:d1c2"], "tree_training needs pipeline and context parallel sizes of 1"),
+    (["actor.mb_spec.max_tokens_per_mb=40000"], "must be a multiple of 128"),
+    (["actor.backend=archon:d1t3", "actor.mb_spec.max_tokens_per_mb=33280"], "must be a multiple of 384"),
+    (["actor.mb_spec.max_tokens_per_mb=16384"], "is below the longest sequence the rollout allows"),
+    (["actor.archon.enable_compile=false"], "needs actor.archon.enable_compile"),
+])
+def test_tree_training_refusals(clean, overrides, fragment):
+    tree = [e for e in errors_for(clean, *overrides) if "tree" in e or "max_tokens_per_mb" in e]
+    assert len(tree) == 1 and fragment in tree[0], tree
+    assert errors_for(clean, *overrides, "actor.enable_tree_training=false") == [
+        e for e in errors_for(clean, *overrides) if e not in tree]
+
+
+def test_tree_training_with_a_critic_is_refused(tmp_path, clean):
+    own = tmp_path / "critic.yaml"
+    own.write_text(CONFIG.read_text() + "\ncritic:\n  experiment_name: ${experiment_name}\n"
+                   "  trial_name: ${trial_name}\n  path: ${actor.path}\n  backend: archon:d1\n")
+    errors = validate(load_config(["--config", str(own), *clean]).config)
+    assert "actor.enable_tree_training does not work with a critic (AReaL has no tree critic)" in errors

@@ -54,6 +54,7 @@ from examples.tau2.tau2_utils import (
     TaskRef,
     Tau2EnvConfig,
     Termination,
+    fingerprint,
     logger,
     setup_runtime,
     shape_reward,
@@ -300,7 +301,23 @@ def _score_episode(episode: _Episode, cfg: Tau2EnvConfig, simulation: Simulation
         eval_s=eval_s,
         messages=[m.model_dump(mode="json", exclude={"raw_data"}) for m in simulation.messages],
         note="; ".join(n for n in (invalid.detail if invalid else "", eval_note) if n),
+        agent_view=agent_view(episode.orchestrator.agent, simulation.messages),
     )
+
+
+def agent_view(agent: LLMAgent | LLMSoloAgent, messages: list[Message]) -> dict[str, Any]:
+    """For the dump: fingerprints of the system prompt and tool schemas the policy was sent, the tool
+    names, and the indices of the valid turns it generated (not tau2's greeting, a task's history or
+    an invalid reply), so that SFT export can rebuild its requests exactly without a copy of the
+    prompt in every dump."""
+    schemas = list(agent.turn.schemas)  # type: ignore[union-attr]  # _ProxyAgent / _ProxySoloAgent
+    return {
+        "system_prompt_sha256": fingerprint(agent.system_prompt),
+        "tools_sha256": fingerprint(schemas),
+        "tool_names": [s["function"]["name"] for s in schemas],
+        "policy_messages": [i for i, m in enumerate(messages) if isinstance(m, AssistantMessage)
+                            and "completion_id" in (m.raw_data or {})],
+    }
 
 
 def _unfinished_simulation(episode: _Episode, termination: TerminationReason,

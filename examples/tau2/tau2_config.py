@@ -24,6 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from examples.tau2.tau2_alloc import EngineBackends, parse_backend, same_allocation, split_allocation_mode
+from examples.tau2.tau2_curriculum import CurriculumConfig
 from examples.tau2.tau2_utils import DOMAINS, SOLO_DOMAINS, Tau2EnvConfig, first_line
 
 ALLOCATION_KEY = "allocation_mode"
@@ -95,6 +96,8 @@ class Tau2PPOConfig(PPOConfig):
     """AReaL's PPO config plus the tau2 environment section."""
 
     econfig: Tau2TrainEnvConfig = field(default_factory=Tau2TrainEnvConfig)
+    curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
+    """Sampling of training tasks by solve rate (`tau2_curriculum.py`); off by default."""
 
 
 @dataclass(frozen=True)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -55,3 +57,23 @@ def write_episode_dump(dump_dir: str, result: EpisodeResult) -> Path:
     dump_json(json_path, result.to_json())
     write_atomic(base / f"{stem}.txt", render_transcript(result))
     return json_path
+
+
+def supersede_dumps(dump_dir: Path, target: Path, superseded: Callable[[Path], bool]) -> int:
+    """Move the dumps for which `superseded(file)` holds to `target` (same relative paths) and delete
+    half-written temporary files; returns how many files moved. Resuming a killed run re-plays some
+    episodes: their first dumps go aside instead of counting twice."""
+    if not dump_dir.is_dir():
+        return 0
+    moved = 0
+    for f in sorted(dump_dir.rglob("*")):
+        if not f.is_file():
+            continue
+        if f.name.startswith(".") and f.name.endswith(".tmp"):
+            f.unlink(missing_ok=True)
+        elif superseded(f):
+            dest = target / f.relative_to(dump_dir)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(f, dest)
+            moved += 1
+    return moved

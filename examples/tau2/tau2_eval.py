@@ -475,6 +475,19 @@ def write_report(plan: EvalPlan, records: list[TrialRecord]) -> EvalReport:
     return report
 
 
+def supersede_unrecorded_dumps(dump_dir: Path, records: list[TrialRecord]) -> int:
+    """Move dumps of trials that have no line in trials.jsonl to `dumps.superseded/` and delete
+    half-written temporary files; returns how many files moved.
+
+    A trial's dump is written before its line, so a run killed in between leaves a dump whose trial runs
+    again on resume; without this the trial would have two dumps."""
+    from examples.tau2.tau2_dump import supersede_dumps
+
+    recorded = {Path(r.dump_path).resolve().with_suffix("") for r in records if r.dump_path}
+    return supersede_dumps(dump_dir, dump_dir.with_name(dump_dir.name + ".superseded"),
+                           lambda f: f.resolve().with_suffix("") not in recorded)
+
+
 def open_run(plan: EvalPlan) -> tuple[TrialLog, list[TrialRecord]]:
     """Create or resume the output directory; refuses one recorded with other settings."""
     previous = recorded_sessions(plan) if plan.output_dir.exists() else None
@@ -488,6 +501,9 @@ def open_run(plan: EvalPlan) -> tuple[TrialLog, list[TrialRecord]]:
         retried = len({r.key for r in records if not r.scored} - scored)
         logger.info("resuming %s: %d of %d trials already scored, %d rejected before will run again",
                     plan.output_dir, len(scored), len(plan.all_trials()), retried)
+        if plan.env.dump_dir and (moved := supersede_unrecorded_dumps(Path(plan.env.dump_dir), records)):
+            logger.info("moved %d dump file(s) of trials that were not recorded (they run again) to %s",
+                        moved, f"{plan.env.dump_dir}.superseded")
     return log, records
 
 

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from examples.tau2 import tau2_curriculum
 from examples.tau2.tau2_config import ConfigError, LoadedConfig, Tau2PPOConfig, load_config
 from examples.tau2.tau2_utils import Tau2EnvConfig, setup_runtime
 
@@ -58,12 +59,30 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(loaded: LoadedConfig) -> None:
-    """Train: PPOTrainer starts the servers, trainer ranks and proxies, and stops them on exit."""
-    from areal import PPOTrainer
+    """Train: PPOTrainer starts the servers, trainer ranks and proxies, and stops them on exit.
+
+    A rerun of a killed run resumes from its saved state (`tau2_recover.prepare_resume`)."""
+    from examples.tau2.tau2_recover import prepare_resume, reaper_running
+    from examples.tau2.tau2_tracking import apply_tracking_env
 
     config, train, valid = prepare(loaded)
-    with PPOTrainer(config, train_dataset=train, valid_dataset=valid) as trainer:
+    apply_tracking_env(config)
+    prepare_resume(config)
+    # The reaper stops AReaL's workers if this process is killed (they would outlive it).
+    with reaper_running(config), trainer_class(config)(config, train_dataset=train,
+                                                       valid_dataset=valid) as trainer:
         trainer.train(**train_call(config, with_validation=valid is not None))
+
+
+def trainer_class(config: Tau2PPOConfig) -> type:
+    """AReaL's PPOTrainer with kill-safe recover saves (`compat/areal_recover.py`), and with the
+    curriculum on, its subclass whose training sampler follows it."""
+    from areal import PPOTrainer
+
+    from examples.tau2.compat.areal_recover import resumable_trainer_class
+
+    base = resumable_trainer_class(PPOTrainer)
+    return tau2_curriculum.curriculum_trainer_class(base) if config.curriculum.enabled else base
 
 
 def prepare(loaded: LoadedConfig):
@@ -93,8 +112,11 @@ def prepare(loaded: LoadedConfig):
 def train_call(config: Tau2PPOConfig, with_validation: bool) -> dict[str, Any]:
     """The arguments of `PPOTrainer.train`: import strings, so that the workers can rebuild them."""
     train_kwargs, eval_kwargs = workflow_kwargs(config)
+    workflow = WORKFLOW
+    if config.curriculum.enabled:  # the same episodes, plus one outcome line each for the curriculum
+        workflow, train_kwargs = tau2_curriculum.train_workflow(config, train_kwargs)
     return {
-        "workflow": WORKFLOW,
+        "workflow": workflow,
         "workflow_kwargs": train_kwargs,
         "eval_workflow": WORKFLOW if with_validation else None,
         "eval_workflow_kwargs": eval_kwargs if with_validation else None,

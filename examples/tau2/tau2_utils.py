@@ -212,6 +212,10 @@ class EpisodeResult:
     messages: list[dict[str, Any]] = field(default_factory=list)
     note: str = ""
     dump_path: str = ""
+    agent_view: dict[str, Any] = field(default_factory=dict)
+    """What the policy saw besides `messages` (`tau2_agent.agent_view`): fingerprints of its system
+    prompt and tool schemas, the tool names, and which messages it generated. SFT export
+    (`tau2_sft_data`) rebuilds the prompt and tools from tau2 and checks them against these."""
 
     def metrics(self) -> dict[str, float]:
         """Scalars for AReaL's stats tracker (one value per episode)."""
@@ -287,6 +291,15 @@ def write_atomic(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def fingerprint(value: Any) -> str:
+    """sha256 hex of a string, or of any other JSON value in canonical form (sorted keys)."""
+    import hashlib
+
+    text = value if isinstance(value, str) else json.dumps(
+        value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def dump_json(path: Path, obj: Any) -> None:

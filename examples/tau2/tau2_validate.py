@@ -9,6 +9,7 @@ give the resolved plan that `tau2_train.py --dry-run` prints next to those probl
 from __future__ import annotations
 
 import json
+import math
 import os
 import urllib.parse
 from dataclasses import dataclass
@@ -20,9 +21,12 @@ from areal.infra.utils.http import DEFAULT_ADMIN_API_KEY
 from areal.utils.network import gethostip
 
 from examples.tau2 import tau2_dataset, tau2_domain
-from examples.tau2.compat.areal_api import archon_model_types, slurm_bind_root
+from examples.tau2.compat.areal_api import archon_model_types, slurm_bind_root, tree_block_size
 from examples.tau2.tau2_alloc import parse_backend
 from examples.tau2.tau2_config import LoadedConfig, Tau2PPOConfig, Tau2TrainEnvConfig
+from examples.tau2.tau2_curriculum import check_curriculum, outcomes_dir
+from examples.tau2.tau2_recover import check_recover, describe_recover
+from examples.tau2.tau2_tracking import check_tracking, describe_tracking
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "::1", "localhost"})
 USER_CHECK_TIMEOUT_S = 5.0
@@ -276,6 +280,38 @@ def check_datasets(econfig: Tau2TrainEnvConfig) -> list[str]:
     return errors
 
 
+def check_tree_training(config: Tau2PPOConfig) -> list[str]:
+    """Combinations AReaL 1.0.4's tree training (`actor.enable_tree_training`) cannot run."""
+    actor = config.actor
+    if not actor.enable_tree_training:
+        return []
+    errors = []
+    try:
+        backend = parse_backend(actor.backend)
+    except ValueError:
+        backend = None  # reported by engine_uses
+    name = backend.backend if backend else ""
+    parallel = backend.parallel if backend else None
+    if config.critic is not None:
+        errors.append("actor.enable_tree_training does not work with a critic (AReaL has no tree critic)")
+    if parallel is not None and (parallel.pp_size > 1 or parallel.cp_size > 1):
+        errors.append(f"actor.enable_tree_training needs pipeline and context parallel sizes of 1, "
+                      f"got {actor.backend}")
+    block = math.lcm(tree_block_size(), parallel.tp_size if parallel else 1)
+    per_mb = actor.mb_spec.max_tokens_per_mb
+    if per_mb is None or per_mb % block:
+        errors.append(f"actor.mb_spec.max_tokens_per_mb={per_mb} must be a multiple of {block} with tree "
+                      "training (the attention block size, times tensor parallelism)")
+    longest = config.rollout.agent.engine_max_tokens
+    if per_mb is not None and longest is not None and per_mb < longest:
+        errors.append(f"actor.mb_spec.max_tokens_per_mb={per_mb} is below the longest sequence the rollout "
+                      f"allows (rollout.agent.engine_max_tokens={longest}); such a row fits in no tree")
+    if config.cluster.n_gpus_per_node > 0 and name == "archon" and not actor.archon.enable_compile:
+        errors.append("actor.enable_tree_training on GPUs needs actor.archon.enable_compile: uncompiled, "
+                      "FlexAttention materialises the whole score matrix (63.6 GiB for one 20k-token tree)")
+    return errors
+
+
 def check_training(config: Tau2PPOConfig, train_rows: int | None) -> list[str]:
     """Settings that AReaL accepts but that break or silently spoil tau2 training."""
     errors = []
@@ -309,7 +345,7 @@ def check_training(config: Tau2PPOConfig, train_rows: int | None) -> list[str]:
     if train_rows is not None and config.train_dataset.drop_last and batch > train_rows:
         errors.append(f"train_dataset.batch_size={batch} exceeds the {train_rows} training rows, so an epoch "
                       "has no step (drop_last)")
-    return errors
+    return errors + check_tree_training(config)
 
 
 def validate(config: Tau2PPOConfig) -> list[str]:
@@ -338,6 +374,7 @@ def validate(config: Tau2PPOConfig) -> list[str]:
         if not dataset_errors:
             train_rows = len(tau2_dataset.train_rows(config.econfig, config.seed))
     errors += check_training(config, train_rows)
+    errors += check_curriculum(config) + check_tracking(config) + check_recover(config)
     return errors
 
 
@@ -371,6 +408,9 @@ class Plan:
     n_samples: int
     epochs: int
     group_filter: str
+    curriculum: str = ""
+    tracking: str = ""
+    recover: str = ""
 
 
 def _describe_engine(u: EngineUse) -> str:
@@ -438,6 +478,8 @@ def build_plan(loaded: LoadedConfig) -> Plan:
         model=_describe_model(config), user_simulator=user, proxy=proxy, data=_data_plan(config),
         batch_tasks=config.train_dataset.batch_size, n_samples=config.gconfig.n_samples,
         epochs=config.total_train_epochs, group_filter=group_filter,
+        curriculum=config.curriculum.describe(outcomes_dir(config)), tracking=describe_tracking(config),
+        recover=describe_recover(config),
     )
 
 
@@ -468,6 +510,9 @@ def format_plan(plan: Plan, errors: list[str]) -> str:
     lines.append(row("batch", f"{plan.batch_tasks} tasks x {plan.n_samples} samples = "
                               f"{plan.batch_tasks * plan.n_samples} episodes per step"))
     lines.append(row("group filter", plan.group_filter))
+    lines += [row(name, text) for name, text in (("curriculum", plan.curriculum), ("tracking", plan.tracking),
+                                                 ("recover", plan.recover))
+              if text]
     if errors:
         lines.append(f"problems ({len(errors)}):")
         lines += [f"  - {e}" for e in errors]

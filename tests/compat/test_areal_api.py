@@ -33,3 +33,9 @@ def test_another_release_fails_with_one_sentence(monkeypatch):
     with pytest.raises(UnsupportedVersion, match="not installed"):
         monkeypatch.undo()
         require("no-such-package-here", "1.0", "a test")
+
+
+def test_tree_block_size_is_areals():
+    from areal.models.tree_attn.constants import BLOCK_SIZE
+
+    assert areal_api.tree_block_size() == BLOCK_SIZE

@@ -65,25 +65,33 @@ def test_the_shipped_config_has_no_problems(tmp_path, vllm_env):
     assert check_config(config) == []
     # config.yaml with the smoke variant over it: shared settings come from config.yaml
     assert config.actor.eps_clip == 0.2 and config.rollout.agent.export_style == "individual"
-    assert config.rollout.backend == "vllm:d1" and config.actor.backend == "fsdp:d1"
+    assert config.rollout.backend == "vllm:d1" and config.actor.backend == "archon:d1"
+    assert config.actor.enable_tree_training and not config.actor.archon.enable_compile
     assert config.econfig.domain == "mock" and config.econfig.user_model == "user-scenario"
 
 
 def test_bad_configs_are_reported_before_anything_starts(tmp_path, vllm_env):
     errors = check_config(_load(
-        tmp_path, "rollout.backend=sglang:d1", "actor.backend=archon:d1",
+        tmp_path, "rollout.backend=sglang:d1", "actor.backend=megatron:d1",
         "econfig.user_base_url=http://10.0.0.1:8000/v1", "total_train_steps=1",
         "smoke.logprob_ratio_tolerance=2", "+smoke.tiny_model.hidden=3", "actor.use_decoupled_loss=false",
         "actor.ppo_n_minibatches=2",
     ))
     text = "\n".join(errors)
-    for fragment in ("SGLang has no CPU build", "archon's default attention", "must be http://127.0.0.1",
+    for fragment in ("SGLang has no CPU build", "trains with archon (or fsdp)", "must be http://127.0.0.1",
                      "below smoke.min_optimizer_steps", "logprob_ratio_tolerance must be in (0, 1)",
                      "unknown tiny model recipe keys: hidden", "use_decoupled_loss must be true",
                      "ppo_n_minibatches must be 1"):
         assert fragment in text, text
     with pytest.raises(SmokeConfigError, match="does not exist"):
         load_smoke_config(["--config", str(tmp_path / "missing.yaml")])
+
+
+def test_archon_without_tree_training_needs_sdpa_on_a_cpu(tmp_path, vllm_env):
+    errors = check_config(_load(tmp_path, "actor.enable_tree_training=false",
+                                "actor.archon.attn_type=varlen"))
+    assert any("needs sdpa" in e for e in errors), errors
+    assert check_config(_load(tmp_path, "actor.enable_tree_training=false")) == []
 
 
 def test_a_busy_user_simulator_port_is_a_config_problem(tmp_path, vllm_env):
@@ -195,7 +203,9 @@ def test_format_result_names_every_problem():
     from examples.tau2.cpu.smoke import SmokeResult
 
     r = SmokeResult(steps=1, logprob_ratio=[1.0], logprob_ratio_min=[0.99], logprob_ratio_max=[1.01],
-                    rows_trained=[3], tokens_trained=[40], reward=[0.0], weights_changed=0, weights_total=5,
+                    rows_trained=[3], tokens_trained=[40], tokens_in_rows=[900], tokens_computed=[300],
+                    trainer="archon, prefix sharing (tree training) on",
+                    reward=[0.0], weights_changed=0, weights_total=5,
                     weight_rel_change=0.0, checkpoint="", episode_dumps=0, timings_s={"total": 3.0},
                     paths={"logs": "/x"}, problems=["the trained weights equal the initial weights"])
     text = format_result(r, 0.05)

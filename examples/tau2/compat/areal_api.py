@@ -7,6 +7,7 @@ sentence instead of a check that silently tests the wrong thing.
 from __future__ import annotations
 
 import inspect
+import os
 
 from examples.tau2.compat import require
 
@@ -44,3 +45,10 @@ def slurm_bind_root() -> str:
 
     mounts = inspect.signature(SlurmScheduler.__init__).parameters["container_mounts"].default
     return str(mounts).split(":", 1)[0]
+
+
+def tree_block_size() -> int:
+    """The token block a packed tree's size must be a multiple of (`AREAL_FLEX_ATTENTION_BLOCK_SIZE`,
+    default 128, read by `areal.models.tree_attn.constants` at import)."""
+    require("areal", AREAL_VERSION, "the tree training checks (examples/tau2/compat/areal_api.py)")
+    return int(os.environ.get("AREAL_FLEX_ATTENTION_BLOCK_SIZE", "128"))

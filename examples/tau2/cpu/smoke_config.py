@@ -33,6 +33,8 @@ class SmokeConfig:
     """Where tiny models are cached; empty: ~/.cache/tau2-areal/tiny-qwen3."""
     min_optimizer_steps: int = 2
     logprob_ratio_tolerance: float = 0.05
+    serve_user_simulator: bool = True
+    """False: something else serves `econfig.user_base_url` (fault tests stop and restart it)."""
 
 
 @dataclass
@@ -80,15 +82,20 @@ def check_config(config: Tau2SmokeConfig) -> list[str]:
     """Every problem with a smoke config, one sentence each; nothing is started."""
     from examples.tau2 import tau2_dataset
     from examples.tau2.compat.areal_cpu import vllm_python
+    from examples.tau2.tau2_recover import check_recover
     from examples.tau2.tau2_validate import check_datasets, check_paths, check_training
 
     errors = list(config.econfig.validate())
     if not config.rollout.backend.startswith("vllm:"):
         errors.append(f"rollout.backend={config.rollout.backend}: the CPU smoke run serves the policy "
                       "with vLLM (vllm:d1); SGLang has no CPU build")
-    if not config.actor.backend.startswith("fsdp:"):
-        errors.append(f"actor.backend={config.actor.backend}: the CPU smoke run trains with fsdp "
-                      "(archon's default attention needs CUDA)")
+    if not config.actor.backend.startswith(("archon:", "fsdp:")):
+        errors.append(f"actor.backend={config.actor.backend}: the CPU smoke run trains with archon "
+                      "(or fsdp)")
+    if (config.actor.backend.startswith("archon:") and not config.actor.enable_tree_training
+            and config.actor.archon.attn_type != "sdpa"):
+        errors.append(f"actor.archon.attn_type={config.actor.archon.attn_type}: on a CPU archon needs sdpa "
+                      "(its varlen attention is a CUDA kernel)")
     if config.econfig.solo_mode:
         errors.append("econfig.solo_mode must be false: the smoke run plays against the scripted user")
     else:
@@ -98,8 +105,12 @@ def check_config(config: Tau2SmokeConfig) -> list[str]:
             errors.append(str(e))
         else:
             with socket.socket() as probe:
+                # As the server binds (aiohttp sets SO_REUSEADDR): a killed run's connections in
+                # TIME_WAIT must not block its rerun.
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 try:
-                    probe.bind(("127.0.0.1", port))
+                    if config.smoke.serve_user_simulator:
+                        probe.bind(("127.0.0.1", port))
                 except OSError:
                     errors.append(f"port {port} of econfig.user_base_url is in use; the smoke run serves its "
                                   "scripted user simulator there (choose another port)")
@@ -138,4 +149,4 @@ def check_config(config: Tau2SmokeConfig) -> list[str]:
     if not config.actor.path and not config.rollout.tokenizer_path:  # ${actor.path}: the tiny model's
         checked.rollout.tokenizer_path = "<tiny model>"
     errors += check_training(checked, rows)
-    return errors
+    return errors + check_recover(config)

@@ -1,0 +1,88 @@
+"""`SFTTrainer` on a machine without a GPU: AReaL 1.0.4's own SFT loop, with one CPU-capable part.
+
+AReaL's `SFTTrainer` picks its engine class by name in `_create_actor` (private, overridden here, hence
+this module's place in `compat/`). On CPU the FSDP engine runs the model with `sdpa` attention, which
+has no varlen kernel, so every sequence packed after the first into one micro-batch would attend to
+its neighbours (the trap `areal_cpu.OneSequencePerMicroBatchActor` documents for PPO, where it was
+measured). `OneSequencePerMicroBatchLMEngine` asks AReaL's own splitter for one micro-batch per
+sequence instead; everything else (data loading, the packed SFT loss on `loss_mask`, optimizer,
+saver, stats) is AReaL's. Each step's stats also go to `stats.jsonl` in AReaL's log folder.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from areal.api.cli_args import MicroBatchSpec, TrainEngineConfig
+from areal.engine import FSDPLMEngine
+from areal.trainer.sft_trainer import SFTTrainer
+from areal.utils.environ import is_single_controller
+from areal.utils.stats_logger import StatsLogger
+
+from examples.tau2.compat import require
+
+logger = logging.getLogger("tau2_areal.areal_sft_cpu")
+
+STATS_FILE = "stats.jsonl"
+LOSS_KEY = "sft/loss/avg"
+"""AReaL's per-step mean token loss (negative log-likelihood of the trained tokens)."""
+STEP_SUMMARY = {"loss": LOSS_KEY, "ppl": "sft/ppl/avg", "tokens": "sft/n_valid_tokens",
+                "grad_norm": "sft/grad_norm"}
+
+
+class OneSequencePerMicroBatchLMEngine(FSDPLMEngine):
+    """AReaL's FSDP SFT engine with every micro-batch holding exactly one sequence.
+
+    `mb_spec.n_mbs` is AReaL's minimum number of micro-batches; set to the batch size for each call,
+    its first-fit splitter opens one micro-batch per sequence (`max_tokens_per_mb` still bounds a
+    sequence's length).
+    """
+
+    def _prepare_mb_list(self, input_: dict[str, Any]):
+        configured = self.config.mb_spec
+        self.config.mb_spec = MicroBatchSpec.new(configured, n_mbs=int(input_["attention_mask"].shape[0]))
+        try:
+            return super()._prepare_mb_list(input_)
+        finally:
+            self.config.mb_spec = configured
+
+
+class SftStatsLogger(StatsLogger):
+    """AReaL's stats logger that also appends each step to `stats.jsonl` and logs one short line."""
+
+    @property
+    def jsonl_path(self) -> Path:
+        return Path(self.get_log_path(self.config)) / STATS_FILE
+
+    def commit(self, epoch: int, step: int, global_step: int, data: dict | list[dict]):
+        super().commit(epoch, step, global_step, data)
+        with self.jsonl_path.open("a", encoding="utf-8") as f:
+            for item in [data] if isinstance(data, dict) else data:
+                row = {k: float(v) for k, v in item.items() if not k.endswith("__count")}
+                f.write(json.dumps({"epoch": epoch, "step": step, "global_step": global_step, **row}) + "\n")
+                summary = ", ".join(f"{name} {row[key]:.4g}" for name, key in STEP_SUMMARY.items()
+                                    if key in row)
+                logger.info("SFT step %d done: %s", global_step + 1, summary)
+
+
+class CpuSFTTrainer(SFTTrainer):
+    """`SFTTrainer` with the FSDP engine above (single controller or SPMD)."""
+
+    def __init__(self, config, train_dataset, valid_dataset=None):
+        require("areal", "1.0.4", "CpuSFTTrainer (examples/tau2/compat/areal_sft_cpu.py)")
+        super().__init__(config, train_dataset=train_dataset, valid_dataset=valid_dataset)
+        # Recovery is not used on CPU (it would have loaded the logger's state above).
+        self.stats_logger = SftStatsLogger(config, self.stats_logger.ft_spec)
+        self.stats_logger.jsonl_path.unlink(missing_ok=True)  # a previous run of the same trial
+
+    def _create_actor(self, actor_config: TrainEngineConfig):
+        if self.actor_alloc.backend != "fsdp":
+            return super()._create_actor(actor_config)
+        cls = OneSequencePerMicroBatchLMEngine
+        actor = (cls.as_controller(actor_config, self.scheduler) if is_single_controller()
+                 else cls(config=actor_config))
+        actor.create_process_group(parallel_strategy=self.actor_alloc.parallel)
+        return actor
