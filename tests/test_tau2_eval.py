@@ -369,7 +369,9 @@ def test_every_episode_field_has_a_flag_and_lands_in_settings_or_session():
     assert plan.env.agent_model == "p" and plan.env.max_concurrent_episodes == 5
     assert plan.env.dump_dir == "/tmp/x/dumps"
     episode = plan.settings()["episode"]
-    assert set(episode) | set(OPERATIONAL_FIELDS) | {"agent_model", "user_model"} == set(hints)
+    assert set(episode) | set(OPERATIONAL_FIELDS) | {"agent_model", "user_model"} == set(hints) - set(
+        tau2_eval.TRAINING_ONLY_FIELDS)
+    assert (plan.env.reward_baseline, plan.env.group_size) == ("none", 1)  # evaluation scores raw rewards
     assert set(plan.session()["operational"]) == set(OPERATIONAL_FIELDS) & set(hints)
 
 
@@ -402,6 +404,15 @@ def test_training_config_episode_settings_are_used():
     assert used
     assert {k: getattr(plan.env, k) for k in used} == {k: econfig[k] for k in used}
     assert plan.env.agent_model == "p" and plan.env.dump_dir == "/tmp/x/dumps"
+
+
+def test_a_training_configs_reward_baseline_never_reaches_evaluation(tmp_path):
+    """A learning config centers rewards on groups of 8; an evaluation episode must not wait for a group."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("econfig:\n  reward_baseline: group_mean\n  group_size: 8\n  max_steps: 7\n")
+    plan = parse("--config", str(cfg), "--user-base-url", "http://127.0.0.1:9/v1", "--user-model", "u")
+    assert (plan.env.reward_baseline, plan.env.group_size, plan.env.max_steps) == ("none", 1, 7)
+    assert "reward_baseline" not in plan.settings()["episode"]
 
 
 @pytest.mark.parametrize("text,message", [

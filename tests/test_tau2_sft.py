@@ -105,7 +105,7 @@ def test_sft_on_cpu_lowers_the_loss_of_exactly_the_trained_tokens(oracle_data, t
     data.write_text("\n".join(rows) + "\n")
     root = tmp_path / "fileroot"
     cmd = [sys.executable, "-m", "examples.tau2.tau2_sft",
-           *cpu_args(data, "total_train_epochs=3", "train_dataset.batch_size=2", "actor.optimizer.lr=1e-2",
+           *cpu_args(data, "total_train_epochs=3", "train_dataset.batch_size=2", "actor.optimizer.lr=3e-3",
                      "actor.optimizer.lr_scheduler_type=constant", f"cluster.fileroot={root}",
                      f"cluster.name_resolve.nfs_record_root={root}/nr", "trial_name=test")]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900,

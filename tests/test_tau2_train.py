@@ -117,8 +117,17 @@ def test_train_call_uses_import_strings_the_workers_can_rebuild():
     assert (train["temperature"], train["top_p"]) == (1.0, 1.0)
     assert (evaluation["temperature"], evaluation["top_p"]) == (0.6, 0.95)  # eval_gconfig
     assert evaluation["dump_dir"] == os.path.join(train["dump_dir"], "eval")
-    assert {k: v for k, v in train.items() if k not in ("temperature", "top_p", "dump_dir")} == {
-        k: v for k, v in evaluation.items() if k not in ("temperature", "top_p", "dump_dir")}
+    own = ("temperature", "top_p", "dump_dir", "group_size", "reward_baseline")
+    assert {k: v for k, v in train.items() if k not in own} == {
+        k: v for k, v in evaluation.items() if k not in own}
+    assert train["group_size"] == config.gconfig.n_samples
+    assert evaluation["group_size"] == config.eval_gconfig.n_samples
+    assert evaluation["reward_baseline"] == "none"  # validation reports raw rewards
+    centered = train_call(load("econfig.user_base_url=http://127.0.0.1:9/v1", "econfig.user_model=user",
+                               "econfig.reward_baseline=group_mean").config, with_validation=True)
+    assert centered["workflow_kwargs"]["reward_baseline"] == "group_mean"
+    assert centered["eval_workflow_kwargs"]["reward_baseline"] == "none"
+    assert Tau2AgentWorkflow(**centered["workflow_kwargs"])._baseline.group_size == config.gconfig.n_samples
     assert Tau2AgentWorkflow(**evaluation).config.temperature == 0.6
 
     plain = train_call(load("econfig.user_base_url=http://127.0.0.1:9/v1", "econfig.user_model=user",

@@ -61,6 +61,8 @@ ONE_ERROR = [
     # settings that break or spoil tau2 training
     (["gconfig.n_samples=1"], "econfig.drop_uniform_groups drops every group"),
     (["rollout.agent.mode=subproc"], "rollout.agent.mode must be inline"),
+    (["econfig.group_size=4"], "econfig.group_size=4 must equal gconfig.n_samples=8"),
+    (["econfig.reward_baseline=best"], "reward_baseline 'best' is not one of none, group_mean"),
     (["actor.adv_norm.mean_level=group"], "actor.adv_norm uses group-level statistics"),
     (["econfig.temperature=0.7"], "differs from actor.temperature"),
     (["rollout.request_timeout=1800"], "rollout.request_timeout=1800s must exceed"),

@@ -46,6 +46,7 @@ from tau2.utils.utils import get_now
 
 from examples.tau2 import tau2_domain
 from examples.tau2.tau2_dump import write_episode_dump
+from examples.tau2.tau2_group_baseline import GroupBaseline
 from examples.tau2.tau2_llm import ChatEndpoint, InvalidOutput, parse_reply, to_openai_messages
 from examples.tau2.tau2_utils import (
     EpisodeRejected,
@@ -80,12 +81,15 @@ class Tau2AgentWorkflow:
         self.config = Tau2EnvConfig.from_kwargs(kwargs)
         setup_runtime(self.config.tau2_log_level)
         self._clients: dict[int, httpx.AsyncClient] = {}
+        self._baseline = (GroupBaseline(self.config.group_size)
+                          if self.config.reward_baseline == "group_mean" else None)
 
     async def run(self, data: dict[str, Any], **extra: Any) -> float:
         """AReaL's entry point. Returns a float reward; raises EpisodeRejected to reject.
 
         Inline mode passes `base_url`, `api_key` and `http_client`; subprocess mode passes nothing and
-        sets OPENAI_BASE_URL / OPENAI_API_KEY instead.
+        sets OPENAI_BASE_URL / OPENAI_API_KEY instead. With `reward_baseline: group_mean` the reward
+        is centered on the mean of the episode's group (the concurrent calls with this `data` object).
         """
         base_url = extra.get("base_url") or os.environ.get("OPENAI_BASE_URL")
         if not base_url:
@@ -101,9 +105,15 @@ class Tau2AgentWorkflow:
             _log_stats({f"rejected/{e.reason.value}": 1.0})
             logger.warning("tau2 %s/%s rejected (%s): %s", data.get("domain"), data.get("task_id"),
                            e.reason.value, e.detail)
+            if self._baseline is not None:  # the group's other episodes must not wait for this one
+                await self._baseline.center(id(data), None)
             raise
         _log_stats(result.metrics())
-        return result.reward
+        if self._baseline is None:
+            return result.reward
+        centered = await self._baseline.center(id(data), result.reward)
+        assert centered is not None
+        return centered
 
     async def run_episode(
         self,

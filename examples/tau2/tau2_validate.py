@@ -319,6 +319,10 @@ def check_training(config: Tau2PPOConfig, train_rows: int | None) -> list[str]:
     if econfig.drop_uniform_groups and config.gconfig.n_samples < 2:
         errors.append(f"econfig.drop_uniform_groups drops every group of gconfig.n_samples="
                       f"{config.gconfig.n_samples} episode; use n_samples >= 2 or turn the filter off")
+    if econfig.group_size != config.gconfig.n_samples:
+        errors.append(f"econfig.group_size={econfig.group_size} must equal gconfig.n_samples="
+                      f"{config.gconfig.n_samples}: with reward_baseline group_mean an episode waits for "
+                      "that many episodes of its group (config.yaml sets it to ${gconfig.n_samples})")
     if agent.mode != "inline":
         errors.append(f"rollout.agent.mode must be inline (Tau2AgentWorkflow takes the proxy's base_url, "
                       f"api_key and http_client as arguments), got {agent.mode!r}")

@@ -138,6 +138,11 @@ STEP_SUMMARY = {
 class JsonlStatsLogger(StatsLogger):
     """AReaL's stats logger that also appends each committed step to `stats.jsonl` and logs one line."""
 
+    summary_keys: dict[str, str] = STEP_SUMMARY
+    """Console name -> stats key of the values on the one line per step."""
+    step_label = "step"
+    log = logger
+
     @property
     def jsonl_path(self) -> Path:
         return Path(self.get_log_path(self.config)) / STATS_FILE
@@ -149,8 +154,8 @@ class JsonlStatsLogger(StatsLogger):
                 row = {k: float(v) for k, v in item.items() if not k.endswith("__count")}
                 f.write(json.dumps({"epoch": epoch, "step": step, "global_step": global_step, **row}) + "\n")
                 summary = ", ".join(f"{name} {row[key]:.4g}"
-                                    for name, key in STEP_SUMMARY.items() if key in row)
-                logger.info("step %d done: %s", global_step + 1, summary)
+                                    for name, key in self.summary_keys.items() if key in row)
+                self.log.info("%s %d done: %s", self.step_label, global_step + 1, summary)
 
 
 class CpuPPOTrainer(PPOTrainer):

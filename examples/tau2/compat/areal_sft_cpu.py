@@ -11,18 +11,16 @@ saver, stats) is AReaL's. Each step's stats also go to `stats.jsonl` in AReaL's 
 
 from __future__ import annotations
 
-import json
 import logging
-from pathlib import Path
 from typing import Any
 
 from areal.api.cli_args import MicroBatchSpec, TrainEngineConfig
 from areal.engine import FSDPLMEngine
 from areal.trainer.sft_trainer import SFTTrainer
 from areal.utils.environ import is_single_controller
-from areal.utils.stats_logger import StatsLogger
 
 from examples.tau2.compat import require
+from examples.tau2.compat.areal_cpu import JsonlStatsLogger
 
 logger = logging.getLogger("tau2_areal.areal_sft_cpu")
 
@@ -50,22 +48,12 @@ class OneSequencePerMicroBatchLMEngine(FSDPLMEngine):
             self.config.mb_spec = configured
 
 
-class SftStatsLogger(StatsLogger):
-    """AReaL's stats logger that also appends each step to `stats.jsonl` and logs one short line."""
+class SftStatsLogger(JsonlStatsLogger):
+    """The PPO runs' `stats.jsonl` logger, with the SFT step's one-line summary."""
 
-    @property
-    def jsonl_path(self) -> Path:
-        return Path(self.get_log_path(self.config)) / STATS_FILE
-
-    def commit(self, epoch: int, step: int, global_step: int, data: dict | list[dict]):
-        super().commit(epoch, step, global_step, data)
-        with self.jsonl_path.open("a", encoding="utf-8") as f:
-            for item in [data] if isinstance(data, dict) else data:
-                row = {k: float(v) for k, v in item.items() if not k.endswith("__count")}
-                f.write(json.dumps({"epoch": epoch, "step": step, "global_step": global_step, **row}) + "\n")
-                summary = ", ".join(f"{name} {row[key]:.4g}" for name, key in STEP_SUMMARY.items()
-                                    if key in row)
-                logger.info("SFT step %d done: %s", global_step + 1, summary)
+    summary_keys = STEP_SUMMARY
+    step_label = "SFT step"
+    log = logger
 
 
 class CpuSFTTrainer(SFTTrainer):

@@ -24,7 +24,6 @@ import dataclasses
 import json
 import logging
 import math
-import os
 import secrets
 import sys
 import time
@@ -39,7 +38,7 @@ from examples.tau2.cpu.smoke_config import (
     user_endpoint_port,
 )
 from examples.tau2.cpu.tiny_model import TinyModelRecipe, ensure_tiny_model, load_info
-from examples.tau2.tau2_utils import setup_runtime
+from examples.tau2.tau2_utils import exit_after, setup_runtime
 
 logger = logging.getLogger("tau2_areal.smoke")
 
@@ -379,12 +378,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    code = 1
-    try:
-        code = main()
-    finally:
-        # AReaL can leave non-daemon threads behind when its start-up fails, which would keep this
-        # process alive forever; every child has been stopped above, so leave now.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+    exit_after(main)

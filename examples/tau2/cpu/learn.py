@@ -1,0 +1,294 @@
+"""Does RL make the policy better? The CPU training run between two evaluations of the same policy.
+
+    python -m examples.tau2.cpu.learn [--seeds 1 2 3] [--trials 4] [--out DIR] [key=value ...]
+    (= bash examples/tau2/tau2_rl.sh learn ...)
+
+For each seed, with config.yaml + configs/learn_cpu.yaml (+ the overrides):
+1. builds or loads the tiny policy (the start of RL: `smoke.tiny_model`, cached);
+2. evaluates it: vLLM's OpenAI server on CPU serves it, `tau2_eval` plays every mock task `--trials`
+   times (our workflow, the scripted `user-scenario` user, tau2's evaluator) at the training sampling
+   temperature and reply length;
+3. trains it with the smoke run's code (`cpu.smoke.run`: AReaL's PPOTrainer, archon with prefix sharing,
+   the vLLM CPU rollout server, AReaL's proxy), printing progress as steps finish;
+4. evaluates the final checkpoint exactly as in 2, and compares the two (`tau2_compare`: paired
+   bootstrap interval of the difference).
+Writes `learn.md` / `learn.json` (the table of all seeds) and `learn_curves.png` (per step: reward,
+τ² success rate, entropy, logprob ratio) into `--out`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import logging
+import math
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from examples.tau2.cpu import smoke
+from examples.tau2.cpu.smoke_config import MAIN_CONFIG, Tau2SmokeConfig, check_config, load_smoke_config
+
+logger = logging.getLogger("tau2_areal.learn")
+
+LEARN_VARIANT = "+configs=learn_cpu"
+SUCCESS = "rollout/tau2/tau2_reward"
+"""Per step: mean tau2 reward of the step's episodes (tau2's reward is 0 or 1 on mock: the success rate)."""
+ENTROPY = "ppo_actor/update/entropy/avg"
+REWARD = "rollout/tau2/shaped_reward"
+"""Per step: mean episode reward before any group centering (tau2 reward minus the format penalty)."""
+
+
+@dataclass
+class PolicyScore:
+    """One evaluation of one policy: success rate over all tasks x trials, with its interval."""
+
+    eval_dir: str
+    success_rate: float
+    interval: tuple[float, float]
+    """Percentile bootstrap over tasks (tau2_eval's pass^1 interval)."""
+    episodes: int
+
+
+@dataclass
+class SeedResult:
+    seed: int
+    before: PolicyScore
+    after: PolicyScore
+    steps: int
+    train_s: float
+    total_s: float
+    entropy: list[float]
+    step_success: list[float]
+    smoke_problems: list[str] = field(default_factory=list)
+
+    @property
+    def gain(self) -> float:
+        return self.after.success_rate - self.before.success_rate
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_http(url: str, timeout_s: float, proc: subprocess.Popen) -> None:
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the policy server exited with code {proc.returncode} before answering")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        time.sleep(1)
+    raise TimeoutError(f"no answer from {url} within {timeout_s:.0f} s")
+
+
+@contextlib.contextmanager
+def serve_policy(model_dir: Path, name: str, log_path: Path, max_model_len: int) -> Iterator[str]:
+    """vLLM's OpenAI server on CPU for `model_dir` (hermes tool parser); yields its base URL."""
+    from examples.tau2.compat.areal_cpu import vllm_python, vllm_server_env
+
+    port = free_port()
+    env = {**vllm_server_env(), "VLLM_CPU_KVCACHE_SPACE": "1"}
+    cmd = [vllm_python(), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
+           "--served-model-name", name, "--dtype", "float32", "--enforce-eager", "--block-size", "32",
+           "--max-model-len", str(max_model_len), "--max-num-seqs", "16", "--enable-auto-tool-choice",
+           "--tool-call-parser", "hermes", "--host", "127.0.0.1", "--port", str(port)]
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        _wait_http(f"http://127.0.0.1:{port}/health", 600, proc)
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def evaluate_policy(model_dir: Path, name: str, out_dir: Path, config: Tau2SmokeConfig,
+                    trials: int) -> PolicyScore:
+    """Every task of the training domain, `trials` times, sampled as in training."""
+    from examples.tau2.cpu.scripted_endpoint import EndpointThread
+
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    e = config.econfig
+    with EndpointThread() as user, serve_policy(model_dir, name, out_dir.with_suffix(".vllm.log"),
+                                                config.vllm.max_model_len) as url:
+        cmd = [sys.executable, "-m", "examples.tau2.tau2_eval", "--policy-base-url", url,
+               "--policy-model", name, "--user-base-url", user.url, "--user-model", e.user_model,
+               "--domains", e.domain, "--split", e.train_split, "--trials", str(trials),
+               "--temperature", str(config.gconfig.temperature), "--top-p", str(config.gconfig.top_p),
+               "--max-completion-tokens", str(config.gconfig.max_new_tokens),
+               "--max-steps", str(e.max_steps), "--max-errors", str(e.max_errors),
+               "--concurrency", "8", "--output-dir", str(out_dir)]
+        with open(out_dir.with_suffix(".eval.log"), "w") as log:
+            subprocess.run(cmd, check=True, stdout=log, stderr=subprocess.STDOUT)
+    report = json.loads((out_dir / "results.json").read_text())["report"]["domains"][e.domain]
+    interval = report["pass_hat_k_ci"]["1"]
+    return PolicyScore(eval_dir=str(out_dir), success_rate=report["success_rate"],
+                       interval=(float(interval["low"]), float(interval["high"])),
+                       episodes=report["num_valid_trials"])
+
+
+class ProgressPrinter:
+    """Prints one line per finished training step (read from stats.jsonl): success, entropy, time left."""
+
+    def __init__(self, stats_path: Path, total_steps: int, seed: int):
+        self.stats_path, self.total, self.seed = stats_path, total_steps, seed
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="learn-progress")
+
+    def _run(self) -> None:
+        seen, start = 0, time.monotonic()
+        while not self._stop.wait(5):
+            stats = smoke.read_stats(self.stats_path)
+            for s in stats[seen:]:
+                done = int(s["global_step"]) + 1
+                per_step = (time.monotonic() - start) / max(done, 1)
+                print(f"[learn seed {self.seed}] step {done}/{self.total}: success "
+                      f"{s.get(SUCCESS, math.nan):.2f}, reward {s.get(REWARD, math.nan):+.3f}, entropy "
+                      f"{s.get(ENTROPY, math.nan):.2f}, ~{per_step * (self.total - done) / 60:.1f} min left",
+                      flush=True)
+            seen = len(stats)
+
+    def __enter__(self) -> ProgressPrinter:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def run_seed(seed: int, trials: int, out: Path, overrides: list[str]) -> SeedResult:
+    from examples.tau2.compat.areal_cpu import STATS_FILE
+    from examples.tau2.cpu.tiny_model import TinyModelRecipe, ensure_tiny_model
+
+    start = time.perf_counter()
+    argv = ["--config", str(MAIN_CONFIG), LEARN_VARIANT, f"seed={seed}", f"trial_name=seed{seed}", *overrides]
+    config, config_file, seed_overrides = load_smoke_config(argv)
+    errors = check_config(config)
+    if errors:
+        raise ValueError("; ".join(errors))
+    model_dir = (Path(config.actor.path) if config.actor.path else
+                 ensure_tiny_model(TinyModelRecipe.from_dict(config.smoke.tiny_model),
+                                   config.smoke.cache_dir or None))
+    seed_out = out / f"seed{seed}"
+    logger.info("seed %d: evaluating the start policy %s", seed, model_dir)
+    before = evaluate_policy(model_dir, "before", seed_out / "eval-before", config, trials)
+    logger.info("seed %d: start success %.3f; training %d steps", seed, before.success_rate,
+                config.total_train_steps)
+    from areal.utils.stats_logger import StatsLogger
+
+    stats_path = Path(StatsLogger.get_log_path(config.stats_logger)) / STATS_FILE
+    t = time.perf_counter()
+    with ProgressPrinter(stats_path, config.total_train_steps or 0, seed):
+        result = smoke.run(config_file, [*seed_overrides, f"actor.path={model_dir}"], config)
+    train_s = time.perf_counter() - t
+    if not result.checkpoint:
+        raise RuntimeError(f"seed {seed}: training saved no checkpoint ({'; '.join(result.problems)})")
+    after = evaluate_policy(Path(result.checkpoint), "after", seed_out / "eval-after", config, trials)
+    subprocess.run([sys.executable, "-m", "examples.tau2.tau2_compare", "compare", after.eval_dir,
+                    before.eval_dir, "--output-dir", str(seed_out / "after-vs-before")],
+                   check=True, stdout=subprocess.DEVNULL)
+    stats = smoke.read_stats(stats_path)
+    (seed_out / "stats.jsonl").write_text(stats_path.read_text())
+    return SeedResult(seed=seed, before=before, after=after, steps=len(stats), train_s=train_s,
+                      total_s=time.perf_counter() - start, entropy=smoke._series(stats, ENTROPY),
+                      step_success=smoke._series(stats, SUCCESS), smoke_problems=result.problems)
+
+
+def plot(out: Path, results: list[SeedResult]) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [("episode reward (before centering)", REWARD),
+              ("τ² success rate of the step's episodes", SUCCESS), ("entropy", ENTROPY),
+              ("exp(trainer - rollout logprob)", None)]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4))
+    for r in results:
+        stats = smoke.read_stats(out / f"seed{r.seed}" / "stats.jsonl")
+        steps = [int(s["global_step"]) + 1 for s in stats]
+        for ax, (_, key) in zip(axes, panels, strict=True):
+            values = smoke.logprob_ratios(stats)[0] if key is None else smoke._series(stats, key)
+            ax.plot(steps, values, marker=".", label=f"seed {r.seed}")
+    for ax, (title, _) in zip(axes, panels, strict=True):
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    axes[0].legend()
+    fig.suptitle("tau2 mock, tiny Qwen3 on CPU: RL training curves")
+    fig.tight_layout()
+    path = out / "learn_curves.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def table(results: list[SeedResult], trials: int) -> str:
+    lines = ["| seed | success before | success after | gain | steps | train min | total min | "
+             "entropy first → last (max) |", "|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        b, a = r.before, r.after
+        ent = [x for x in r.entropy if not math.isnan(x)]
+        lines.append(f"| {r.seed} | {b.success_rate:.3f} [{b.interval[0]:.2f}, {b.interval[1]:.2f}] | "
+                     f"{a.success_rate:.3f} [{a.interval[0]:.2f}, {a.interval[1]:.2f}] | {r.gain:+.3f} | "
+                     f"{r.steps} | {r.train_s / 60:.1f} | {r.total_s / 60:.1f} | "
+                     f"{ent[0]:.2f} → {ent[-1]:.2f} ({max(ent):.2f}) |" if ent else "|")
+    lines.append("")
+    lines.append(f"success: τ² reward 1 over 9 mock tasks x {trials} trials (interval: bootstrap over tasks, "
+                 "95 %)")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--trials", type=int, default=4, help="evaluation trials per task (default 4)")
+    parser.add_argument("--out", type=Path, default=Path("/tmp/tau2-areal/learn-cpu/results"))
+    args, overrides = parser.parse_known_args(argv)
+    bad = [o for o in overrides if "=" not in o]
+    if bad:
+        parser.error(f"unrecognized arguments: {' '.join(bad)} (overrides are key=value)")
+    from examples.tau2.tau2_utils import setup_runtime
+
+    setup_runtime()
+    smoke.console_logging()
+    if not logger.handlers:
+        logger.addHandler(logging.StreamHandler(sys.stderr))
+    logger.setLevel(logging.INFO)
+    args.out.mkdir(parents=True, exist_ok=True)
+    results: list[SeedResult] = []
+    for seed in args.seeds:
+        try:
+            results.append(run_seed(seed, args.trials, args.out, overrides))
+        finally:
+            smoke.stop_descendants()
+        (args.out / "learn.json").write_text(json.dumps([dataclasses.asdict(r) for r in results], indent=2))
+        text = table(results, args.trials)
+        (args.out / "learn.md").write_text(text + "\n")
+        print(text, flush=True)
+    print(f"curves: {plot(args.out, results)}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    from examples.tau2.tau2_utils import exit_after
+
+    exit_after(main)

@@ -1,0 +1,72 @@
+"""Group-relative rewards: each episode's reward minus the mean reward of its GRPO group.
+
+Why here and not in AReaL's advantage normalisation: with `export_style: individual` an episode
+becomes as many training rows as it has policy turns, so AReaL's group-level normalisation (fixed
+`group_size` contiguous rows) cannot find the groups, and the configs normalise over the whole batch.
+Batch-level centering compares episodes of *different tasks*: in a batch holding one task the policy
+always solves (say, by answering in plain text) and two it always fails, every row of the solved task
+gets a positive advantage and every row of the failed ones a negative one, although no group held a
+better and a worse episode of the same task. Measured on the CPU learning run (docs/learn/README.md):
+the policy drifts toward what the easy task rewards. Centering each episode's reward on its own
+group's mean first makes a uniform group contribute nothing and leaves only within-task comparisons,
+as GRPO intends; AReaL's batch normalisation then only rescales.
+
+AReaL 1.0.4 runs a group as `n_samples` concurrent calls of the agent's `run(data)` with the same
+`data` object (`GroupedRolloutWorkflow.arun_episode` -> `OpenAIProxyWorkflow._run_agent`, inline
+mode), so the object's identity names the group while it runs. Each episode waits for the others of
+its group before returning; a rejected episode counts as absent (AReaL trains the group's other
+episodes: "Some results None -> continue with valid ones").
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+
+
+@dataclass
+class _Group:
+    rewards: list[float | None] = field(default_factory=list)
+    settled: asyncio.Event = field(default_factory=asyncio.Event)
+    mean: float = 0.0
+
+
+class GroupBaseline:
+    """Collects the rewards of each group of `group_size` episodes and centers them on the group mean.
+
+    One instance per workflow object; it must live in a single event loop (AReaL's rollout loop).
+    """
+
+    def __init__(self, group_size: int):
+        if group_size < 1:
+            raise ValueError(f"group_size must be >= 1, got {group_size}")
+        self.group_size = group_size
+        self._groups: dict[Hashable, _Group] = {}
+
+    @property
+    def pending(self) -> int:
+        """Groups still waiting for some of their episodes."""
+        return len(self._groups)
+
+    async def center(self, key: Hashable, reward: float | None) -> float | None:
+        """`reward` minus its group's mean, once every episode of the group has reported.
+
+        `reward=None` reports a rejected episode: it is left out of the mean and gets None back.
+        A group whose episodes were all rejected has mean 0.
+        """
+        group = self._groups.setdefault(key, _Group())
+        group.rewards.append(reward)
+        if len(group.rewards) >= self.group_size:
+            del self._groups[key]
+            valid = [r for r in group.rewards if r is not None]
+            group.mean = sum(valid) / len(valid) if valid else 0.0
+            group.settled.set()
+        else:
+            try:
+                await group.settled.wait()
+            except asyncio.CancelledError:
+                # AReaL cancels a whole group together; forget it so that nothing waits on it.
+                self._groups.pop(key, None)
+                raise
+        return None if reward is None else reward - group.mean

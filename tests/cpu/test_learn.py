@@ -1,0 +1,88 @@
+"""The CPU learning run's pieces: its config, progress lines, the table and the curves.
+
+The run itself (RL between two evaluations, ~20 min a seed) is a benchmark, not a test: its measured
+results are in examples/tau2/docs/learn/README.md.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+import pytest
+
+from examples.tau2.cpu import learn
+from examples.tau2.cpu.smoke_config import MAIN_CONFIG, check_config, load_smoke_config
+
+
+def _config(*overrides: str):
+    return load_smoke_config(["--config", str(MAIN_CONFIG), learn.LEARN_VARIANT, *overrides])[0]
+
+
+def test_learn_variant_layers_over_the_smoke_variant_and_passes_the_checks():
+    port = learn.free_port()  # the default port may be serving a learning run right now
+    config = _config("seed=3", "trial_name=seed3", f"econfig.user_base_url=http://127.0.0.1:{port}/v1")
+    smoke_config = load_smoke_config([])[0]
+    assert check_config(config) == []
+    assert config.experiment_name == "tau2-learn-cpu" != smoke_config.experiment_name
+    assert config.total_train_steps > 10 * smoke_config.total_train_steps
+    assert config.gconfig.n_samples > smoke_config.gconfig.n_samples
+    # Everything the learning run does not change is the smoke run's (same trainer, same checks).
+    assert config.actor.backend == smoke_config.actor.backend
+    assert config.actor.enable_tree_training and config.econfig.domain == "mock"
+    assert config.smoke.logprob_ratio_tolerance == smoke_config.smoke.logprob_ratio_tolerance
+    assert config.seed == 3 and config.trial_name == "seed3"
+
+
+def _stats_row(step: int, success: float, entropy: float) -> dict[str, float]:
+    return {"global_step": step, learn.SUCCESS: success, learn.ENTROPY: entropy, learn.REWARD: success - 0.1,
+            f"{learn.smoke.KL_DIRECT}/avg": 0.0, f"{learn.smoke.KL_DIRECT}/min": -1e-6,
+            f"{learn.smoke.KL_DIRECT}/max": 1e-6}
+
+
+def test_progress_prints_one_line_per_finished_step(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    stats = tmp_path / "stats.jsonl"
+    with learn.ProgressPrinter(stats, total_steps=4, seed=7):
+        with stats.open("w") as f:
+            for step, success in enumerate([0.1, 0.4]):
+                f.write(json.dumps(_stats_row(step, success, 2.0)) + "\n")
+        time.sleep(6)  # the printer polls every 5 s
+    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("[learn")]
+    assert len(lines) == 2
+    assert lines[0].startswith("[learn seed 7] step 1/4: success 0.10, reward +0.000, entropy 2.00, ~")
+    assert "step 2/4: success 0.40" in lines[1] and lines[1].endswith("min left")
+
+
+def _seed_result(tmp_path: Path, seed: int, before: float, after: float) -> learn.SeedResult:
+    rows = [_stats_row(i, before + (after - before) * i / 2, 3.0 - i) for i in range(3)]
+    (tmp_path / f"seed{seed}").mkdir()
+    (tmp_path / f"seed{seed}" / "stats.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    def score(rate: float) -> learn.PolicyScore:
+        return learn.PolicyScore(eval_dir="x", success_rate=rate, interval=(rate - 0.1, rate + 0.1),
+                                 episodes=36)
+
+    return learn.SeedResult(seed=seed, before=score(before), after=score(after), steps=3, train_s=600,
+                            total_s=720, entropy=[3.0, 2.0, 1.0], step_success=[before, 0.3, after])
+
+
+def test_table_and_curves_cover_every_seed(tmp_path: Path):
+    results = [_seed_result(tmp_path, 1, 0.1, 0.6), _seed_result(tmp_path, 2, 0.2, 0.3)]
+    text = learn.table(results, trials=4)
+    rows = [x for x in text.splitlines() if x.startswith("| 1 ") or x.startswith("| 2 ")]
+    assert rows[0] == ("| 1 | 0.100 [0.00, 0.20] | 0.600 [0.50, 0.70] | +0.500 | 3 | 10.0 | 12.0 | "
+                       "3.00 → 1.00 (3.00) |")
+    assert "| +0.100 |" in rows[1]
+    assert "9 mock tasks x 4 trials" in text
+    png = learn.plot(tmp_path, results)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    assert math.isclose(results[0].gain, 0.5)
+
+
+def test_arguments_that_are_not_overrides_are_refused(capsys: pytest.CaptureFixture[str]):
+    with pytest.raises(SystemExit) as e:
+        learn.main(["bogus", "--trials", "2"])
+    assert e.value.code == 2
+    assert "overrides are key=value" in capsys.readouterr().err
