@@ -18,7 +18,6 @@ nothing. At the end of a run, `sft_summary.json` in AReaL's log folder names the
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import logging
@@ -32,7 +31,7 @@ from typing import Any
 from areal.api.cli_args import SFTConfig
 
 from examples.tau2.tau2_config import ConfigError, split_config_argv
-from examples.tau2.tau2_utils import exit_after, first_line, setup_runtime
+from examples.tau2.tau2_utils import console_logging, exit_after, first_line, setup_runtime, stop_descendants
 
 logger = logging.getLogger("tau2_areal.sft")
 
@@ -273,33 +272,6 @@ def run(config_file: Path, overrides: list[str], config: Tau2SFTConfig) -> dict[
         summary["loss"] = [s.get(LOSS_KEY) for s in steps]
     (log_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
     return summary
-
-
-def stop_descendants(timeout_s: float = 15.0) -> list[int]:
-    """Terminate (then kill) every process this one started; covers a run that failed half-way."""
-    import psutil
-
-    children = psutil.Process().children(recursive=True)
-    for c in children:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            c.terminate()
-    _, alive = psutil.wait_procs(children, timeout=timeout_s)
-    for c in alive:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            c.kill()
-    return [c.pid for c in children]
-
-
-def console_logging(*loggers: logging.Logger) -> None:
-    """These loggers' lines on stderr. AReaL's `getLogger` replaces the root logger and its manager,
-    so handlers on the root do not reliably reach loggers created before; each gets its own."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s: %(message)s"))
-    for lg in loggers:
-        if not lg.handlers:
-            lg.addHandler(handler)
-        lg.setLevel(logging.INFO)
-        lg.propagate = False
 
 
 def main(argv: list[str] | None = None) -> int:

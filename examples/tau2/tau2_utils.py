@@ -343,6 +343,37 @@ def exit_after(main: Callable[[], int]) -> NoReturn:
         os._exit(code)
 
 
+def stop_descendants(timeout_s: float = 15.0) -> list[int]:
+    """Terminate (then kill) every process this one started, directly or not; returns their pids.
+
+    AReaL's workers, proxies and inference servers are all descendants of the controller. Its own
+    clean-up covers a normal exit; this covers a run that fails half-way through start-up.
+    """
+    import psutil
+
+    children = psutil.Process().children(recursive=True)
+    for c in children:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            c.terminate()
+    _, alive = psutil.wait_procs(children, timeout=timeout_s)
+    for c in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            c.kill()
+    return [c.pid for c in children]
+
+
+def console_logging(*loggers: logging.Logger) -> None:
+    """These loggers' lines on stderr. AReaL's `getLogger` replaces the root logger and its manager,
+    so handlers on the root do not reliably reach loggers created before; each gets its own."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s: %(message)s"))
+    for lg in loggers:
+        if not lg.handlers:
+            lg.addHandler(handler)
+        lg.setLevel(logging.INFO)
+        lg.propagate = False
+
+
 def setup_runtime(tau2_log_level: str = "ERROR") -> None:
     """The process set-up every entry point and `Tau2AgentWorkflow` run first. Idempotent.
 

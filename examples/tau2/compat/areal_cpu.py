@@ -106,21 +106,27 @@ class CpuvLLMEngine(RemotevLLMEngine):
         self._engine = RemoteInfEngine(config, CpuvLLMBackend())
 
 
-class OneSequencePerMicroBatchActor(FSDPPPOActor):
-    """AReaL's FSDP PPO actor with every micro-batch holding exactly one sequence.
+class OneSequencePerMicroBatch:
+    """Mixin for AReaL's FSDP engines: every micro-batch holds exactly one sequence.
 
     `mb_spec.n_mbs` is AReaL's minimum number of micro-batches; set to the batch size for each call,
     its first-fit splitter opens one micro-batch per sequence. `max_tokens_per_mb` still bounds a
     sequence's length.
     """
 
+    config: Any
+
     def _prepare_mb_list(self, input_: dict[str, Any]):
         configured = self.config.mb_spec
         self.config.mb_spec = MicroBatchSpec.new(configured, n_mbs=int(input_["attention_mask"].shape[0]))
         try:
-            return super()._prepare_mb_list(input_)
+            return super()._prepare_mb_list(input_)  # type: ignore[misc]
         finally:
             self.config.mb_spec = configured
+
+
+class OneSequencePerMicroBatchActor(OneSequencePerMicroBatch, FSDPPPOActor):
+    """AReaL's FSDP PPO actor with every micro-batch holding exactly one sequence."""
 
 
 STEP_SUMMARY = {

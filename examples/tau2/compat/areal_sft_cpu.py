@@ -12,15 +12,14 @@ saver, stats) is AReaL's. Each step's stats also go to `stats.jsonl` in AReaL's 
 from __future__ import annotations
 
 import logging
-from typing import Any
 
-from areal.api.cli_args import MicroBatchSpec, TrainEngineConfig
+from areal.api.cli_args import TrainEngineConfig
 from areal.engine import FSDPLMEngine
 from areal.trainer.sft_trainer import SFTTrainer
 from areal.utils.environ import is_single_controller
 
 from examples.tau2.compat import require
-from examples.tau2.compat.areal_cpu import JsonlStatsLogger
+from examples.tau2.compat.areal_cpu import JsonlStatsLogger, OneSequencePerMicroBatch
 
 logger = logging.getLogger("tau2_areal.areal_sft_cpu")
 
@@ -31,21 +30,8 @@ STEP_SUMMARY = {"loss": LOSS_KEY, "ppl": "sft/ppl/avg", "tokens": "sft/n_valid_t
                 "grad_norm": "sft/grad_norm"}
 
 
-class OneSequencePerMicroBatchLMEngine(FSDPLMEngine):
-    """AReaL's FSDP SFT engine with every micro-batch holding exactly one sequence.
-
-    `mb_spec.n_mbs` is AReaL's minimum number of micro-batches; set to the batch size for each call,
-    its first-fit splitter opens one micro-batch per sequence (`max_tokens_per_mb` still bounds a
-    sequence's length).
-    """
-
-    def _prepare_mb_list(self, input_: dict[str, Any]):
-        configured = self.config.mb_spec
-        self.config.mb_spec = MicroBatchSpec.new(configured, n_mbs=int(input_["attention_mask"].shape[0]))
-        try:
-            return super()._prepare_mb_list(input_)
-        finally:
-            self.config.mb_spec = configured
+class OneSequencePerMicroBatchLMEngine(OneSequencePerMicroBatch, FSDPLMEngine):
+    """AReaL's FSDP SFT engine with every micro-batch holding exactly one sequence."""
 
 
 class SftStatsLogger(JsonlStatsLogger):

@@ -35,6 +35,7 @@ from pathlib import Path
 
 from examples.tau2.cpu import smoke
 from examples.tau2.cpu.smoke_config import MAIN_CONFIG, Tau2SmokeConfig, check_config, load_smoke_config
+from examples.tau2.tau2_utils import stop_descendants
 
 logger = logging.getLogger("tau2_areal.learn")
 
@@ -279,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             results.append(run_seed(seed, args.trials, args.out, overrides))
         finally:
-            smoke.stop_descendants()
+            stop_descendants()
         (args.out / "learn.json").write_text(json.dumps([dataclasses.asdict(r) for r in results], indent=2))
         text = table(results, args.trials)
         (args.out / "learn.md").write_text(text + "\n")

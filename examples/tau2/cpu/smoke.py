@@ -38,7 +38,7 @@ from examples.tau2.cpu.smoke_config import (
     user_endpoint_port,
 )
 from examples.tau2.cpu.tiny_model import TinyModelRecipe, ensure_tiny_model, load_info
-from examples.tau2.tau2_utils import exit_after, setup_runtime
+from examples.tau2.tau2_utils import exit_after, setup_runtime, stop_descendants
 
 logger = logging.getLogger("tau2_areal.smoke")
 
@@ -313,25 +313,6 @@ def run(config_file: Path, overrides: list[str], config: Tau2SmokeConfig) -> Smo
     return result
 
 
-def stop_descendants(timeout_s: float = 15.0) -> list[int]:
-    """Terminate (then kill) every process this one started, directly or not; returns their pids.
-
-    AReaL's workers, proxies and the vLLM server are all descendants of this controller. Its own
-    clean-up covers a normal exit; this covers a run that fails half-way through start-up.
-    """
-    import psutil
-
-    children = psutil.Process().children(recursive=True)
-    for c in children:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            c.terminate()
-    _, alive = psutil.wait_procs(children, timeout=timeout_s)
-    for c in alive:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            c.kill()
-    return [c.pid for c in children]
-
-
 def console_logging() -> None:
     """Progress of this project's loggers on stderr, whatever AReaL does to the root logger.
 
@@ -342,14 +323,8 @@ def console_logging() -> None:
     from examples.tau2.compat import areal_cpu, areal_recover
     from examples.tau2.cpu import tiny_model
 
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s: %(message)s"))
-    for lg in (logger, tau2_utils.logger, tiny_model.logger, areal_cpu.logger, tau2_recover.logger,
-               areal_recover.logger):
-        if not lg.handlers:
-            lg.addHandler(handler)
-        lg.setLevel(logging.INFO)
-        lg.propagate = False
+    tau2_utils.console_logging(logger, tau2_utils.logger, tiny_model.logger, areal_cpu.logger,
+                               tau2_recover.logger, areal_recover.logger)
 
 
 def main(argv: list[str] | None = None) -> int:
