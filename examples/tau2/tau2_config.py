@@ -15,7 +15,7 @@ import argparse
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from areal.api.cli_args import PPOConfig, parse_cli_args, to_structured_cfg
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -26,6 +26,8 @@ from omegaconf.errors import OmegaConfBaseException
 from examples.tau2.tau2_alloc import EngineBackends, parse_backend, same_allocation, split_allocation_mode
 from examples.tau2.tau2_curriculum import CurriculumConfig
 from examples.tau2.tau2_utils import DOMAINS, SOLO_DOMAINS, Tau2EnvConfig, first_line
+
+T = TypeVar("T")
 
 ALLOCATION_KEY = "allocation_mode"
 BACKEND_KEYS = ("rollout.backend", "actor.backend", "ref.backend")
@@ -152,6 +154,17 @@ def split_config_argv(
     if not config_file.is_file():
         raise error(f"config file {config_file} does not exist")
     return config_file, rest
+
+
+def compose_config(config_file: Path, overrides: list[str], config_cls: type[T],
+                   error: type[ConfigError]) -> T:
+    """The YAML plus overrides as `config_cls`, composed as AReaL composes it; raises `error` with the
+    first line of Hydra's / OmegaConf's message."""
+    try:
+        raw, _ = parse_cli_args(["--config", str(config_file), *overrides])
+        return OmegaConf.to_object(to_structured_cfg(raw, config_cls=config_cls))  # type: ignore[return-value]
+    except Exception as e:  # Hydra / OmegaConf errors: report their first line
+        raise error(f"cannot load {config_file} with {overrides}: {first_line(e)}") from None
 
 
 def load_config(argv: list[str]) -> LoadedConfig:

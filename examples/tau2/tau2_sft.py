@@ -30,7 +30,7 @@ from typing import Any
 
 from areal.api.cli_args import SFTConfig
 
-from examples.tau2.tau2_config import ConfigError, split_config_argv
+from examples.tau2.tau2_config import ConfigError, compose_config, split_config_argv
 from examples.tau2.tau2_utils import console_logging, exit_after, first_line, setup_runtime, stop_descendants
 
 logger = logging.getLogger("tau2_areal.sft")
@@ -61,16 +61,8 @@ class SFTConfigError(ConfigError):
 
 def load_sft_config(argv: list[str]) -> tuple[Tau2SFTConfig, Path, list[str]]:
     """(config, config file, overrides), composed as AReaL composes it, without side effects."""
-    from areal.api.cli_args import parse_cli_args, to_structured_cfg
-    from omegaconf import OmegaConf
-
     config_file, overrides = split_config_argv(argv, USAGE, SFTConfigError)
-    try:
-        raw, _ = parse_cli_args(["--config", str(config_file), *overrides])
-        config: Any = OmegaConf.to_object(to_structured_cfg(raw, config_cls=Tau2SFTConfig))
-    except Exception as e:  # Hydra / OmegaConf errors: report their first line
-        raise SFTConfigError(f"cannot load {config_file} with {overrides}: {first_line(e)}") from None
-    return config, config_file, overrides
+    return compose_config(config_file, overrides, Tau2SFTConfig, SFTConfigError), config_file, overrides
 
 
 def check_config(config: Tau2SFTConfig) -> list[str]:

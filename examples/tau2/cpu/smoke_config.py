@@ -16,8 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from examples.tau2.cpu.tiny_model import TinyModelRecipe
-from examples.tau2.tau2_config import ConfigError, Tau2PPOConfig, split_config_argv
-from examples.tau2.tau2_utils import first_line
+from examples.tau2.tau2_config import ConfigError, Tau2PPOConfig, compose_config, split_config_argv
 
 MAIN_CONFIG = Path(__file__).resolve().parents[1] / "config.yaml"
 SMOKE_VARIANT = "+configs=smoke_cpu"
@@ -54,20 +53,12 @@ def load_smoke_config(argv: list[str]) -> tuple[Tau2SmokeConfig, Path, list[str]
     Without `--config`, the config is `config.yaml` with the smoke variant (`+configs=smoke_cpu`)
     first among the overrides, so that later `key=value` overrides win over both.
     """
-    from areal.api.cli_args import parse_cli_args, to_structured_cfg
-    from omegaconf import OmegaConf
-
     if not any(a == "--config" or a.startswith("--config=") for a in argv):
         argv = ["--config", str(MAIN_CONFIG), SMOKE_VARIANT, *argv]
     config_file, overrides = split_config_argv(
         argv, "usage: python -m examples.tau2.cpu.smoke [--config FILE] [key=value ...]", SmokeConfigError
     )
-    try:
-        raw, _ = parse_cli_args(["--config", str(config_file), *overrides])
-        config: Any = OmegaConf.to_object(to_structured_cfg(raw, config_cls=Tau2SmokeConfig))
-    except Exception as e:  # Hydra / OmegaConf errors: report their first line
-        raise SmokeConfigError(f"cannot load {config_file} with {overrides}: {first_line(e)}") from None
-    return config, config_file, overrides
+    return compose_config(config_file, overrides, Tau2SmokeConfig, SmokeConfigError), config_file, overrides
 
 
 def user_endpoint_port(url: str) -> int:
