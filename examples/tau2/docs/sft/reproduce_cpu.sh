@@ -5,6 +5,7 @@
 #   3. tau2_sft trains the random tiny Qwen3 on them with AReaL's SFTTrainer (configs/sft_cpu.yaml)
 #   4. the untrained and the fine-tuned policy are each served by vLLM (CPU) and evaluated with tau2_eval on
 #      all 9 mock tasks: 4 trials at temperature 1, and greedy
+#   5. tau2_compare: SFT minus untrained with a paired bootstrap interval, per temperature
 # Usage: bash examples/tau2/docs/sft/reproduce_cpu.sh [WORK_DIR] [extra tau2_sft overrides...]
 set -euo pipefail
 cd "$(dirname "$0")/../../../.."
@@ -64,3 +65,8 @@ evaluate() {  # name, model dir
 evaluate tiny-untrained "$UNTRAINED"
 evaluate tiny-sft "$TRAINED"
 for d in "$WORK"/eval-tiny-*; do echo "== $d"; sed -n '/^| domain/,/^$/p' "$d/results.md"; done
+# 5. The difference with a paired bootstrap interval over tasks, at each temperature.
+for t in 1.0 0.0; do
+  $PY -m examples.tau2.tau2_compare compare "$WORK/eval-tiny-sft-t$t" "$WORK/eval-tiny-untrained-t$t" \
+    --labels sft untrained --output-dir "$WORK/compare-t$t"
+done
