@@ -11,7 +11,10 @@ from transformers import AutoTokenizer
 from examples.tau2.cpu.tiny_model import (
     TOKENIZER_FILES,
     TinyModelRecipe,
+    add_early_stops,
+    add_other_actions,
     build_random_model,
+    cache_key,
     ensure_tiny_model,
     load_info,
     record_oracle_turns,
@@ -26,6 +29,10 @@ def test_recipe_rejects_bad_values_with_one_sentence_each():
         TinyModelRecipe(num_attention_heads=4, num_key_value_heads=3)
     with pytest.raises(ValueError, match="warmup_steps must be >= 0"):
         TinyModelRecipe(warmup_steps=-1)
+    with pytest.raises(ValueError, match="warmup_early_stops must be >= 0"):
+        TinyModelRecipe(warmup_early_stops=-1)
+    with pytest.raises(ValueError, match="warmup_other_actions must be >= 0"):
+        TinyModelRecipe(warmup_other_actions=-1)
     with pytest.raises(ValueError, match="unknown tiny model recipe keys: hidden"):
         TinyModelRecipe.from_dict({"hidden": 32})
     assert TinyModelRecipe.from_dict({"warmup_tasks": ["a", 2]}).warmup_tasks == ("a", "2")
@@ -87,3 +94,59 @@ def test_oracle_turns_render_as_tool_calls_the_model_can_learn():
     stats = warm_up(model, tok, examples, TinyModelRecipe(warmup_steps=4, warmup_lr=1e-2))
     assert stats["final_loss"] < stats["first_loss"]
     assert 0 < stats["shared_prefix_tokens"] < len(prompt)
+
+
+def test_other_actions_put_other_tasks_first_replies_on_each_first_turn():
+    tasks = ["create_task_1", "create_task_1_with_env_assertions", "update_task_1", "impossible_task_1"]
+    examples = record_oracle_turns("mock", tasks)
+    assert add_other_actions(examples, 0, seed=0) == examples
+    mixed = add_other_actions(examples, 1, seed=0)
+    assert mixed[: len(examples)] == examples  # the oracle's turns stay, in order
+    added = mixed[len(examples):]
+    first = {}
+    for ex in examples:
+        first.setdefault(ex.task, ex)
+    assert [ex.task for ex in added] == list(first)  # one per task, on its first turn's request
+    for ex in added:
+        assert ex.messages is first[ex.task].messages
+        assert ex.reply != first[ex.task].reply  # never the task's own action...
+        # ...nor its twin's: create_task_1 and its env-assertions variant open with the same call
+        if ex.task.startswith("create_task_1"):
+            assert ex.reply.get("tool_calls", [{}])[0].get("function", {}).get("name") != "create_task"
+        assert ex.reply in [f.reply for f in first.values()]
+    # three distinct opening actions (create, update, transfer): each task has two others to draw from
+    assert len(add_other_actions(examples, 2, seed=0)) == len(examples) + 2 * len(first)
+    with pytest.raises(ValueError, match="only 2 other distinct replies"):
+        add_other_actions(examples, 3, seed=0)
+    # seeded per task: the same draw whatever the order of the tasks
+    by_task = [ex for task in reversed(first) for ex in examples if ex.task == task]
+    again = add_other_actions(by_task, 1, seed=0)[len(examples):]
+    def action(reply):  # call ids are the server's and not rendered by the template
+        return reply.get("content"), [c["function"] for c in reply.get("tool_calls") or []]
+
+    assert {ex.task: action(ex.reply) for ex in again} == {ex.task: action(ex.reply) for ex in added}
+
+
+def test_cache_key_of_recipes_without_the_later_fields_is_unchanged():
+    # models cached before warmup_early_stops / warmup_other_actions existed keep their key; setting one
+    # changes it (the tokenizer files are part of the key: they are pinned by requirements/cpu.lock)
+    base = cache_key(TinyModelRecipe(warmup_steps=60), [])
+    assert base == "8fe5bf50f9d786e9"  # computed by the code before these fields existed
+    keys = {cache_key(TinyModelRecipe(warmup_steps=60, **{name: 1}), [])
+            for name in ("warmup_early_stops", "warmup_other_actions")}
+    assert len(keys) == 2 and base not in keys
+
+
+def test_early_stops_put_each_tasks_closing_reply_on_its_first_turn():
+    examples = record_oracle_turns("mock", ["create_task_1", "create_task_1_nl_eval"])
+    assert [ex.task for ex in examples] == ["create_task_1", "create_task_1", "create_task_1_nl_eval"]
+    assert add_early_stops(examples, 0) == examples
+    mixed = add_early_stops(examples, 3)
+    assert mixed[:3] == examples
+    added = mixed[3:]
+    # create_task_1 opens with its tool call and closes with DONE_ALL: three DONE_ALLs on its request;
+    # the text-only task's first reply is its closing one, so it gains nothing
+    assert [ex.task for ex in added] == ["create_task_1"] * 3
+    for ex in added:
+        assert ex.messages is examples[0].messages and ex.tools is examples[0].tools
+        assert ex.reply is examples[1].reply and "DONE_ALL" in ex.reply["content"]

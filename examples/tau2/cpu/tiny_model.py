@@ -56,6 +56,14 @@ class TinyModelRecipe:
     warmup_steps: int = 0
     """Full-batch supervised steps; 0 keeps the random weights."""
     warmup_lr: float = 3e-3
+    warmup_early_stops: int = 0
+    """Per task, also imitate its closing reply this many times at its first turn: a start that knows each
+    task's action but often ends the conversation before taking it, the way weak agents fail; only the
+    reward can teach it that acting pays (the learning run's start)."""
+    warmup_other_actions: int = 0
+    """Per task, also imitate this many *other* tasks' first replies (seeded choice) at its first turn,
+    each as often as its own: a start that writes every action of the domain well but does not know
+    which one a request needs, which only the reward can teach (the learning run's start)."""
 
     def __post_init__(self) -> None:
         errors = self.validate()
@@ -74,6 +82,10 @@ class TinyModelRecipe:
             errors.append("warmup_steps must be >= 0")
         if self.warmup_lr <= 0:
             errors.append("warmup_lr must be positive")
+        if self.warmup_early_stops < 0:
+            errors.append("warmup_early_stops must be >= 0")
+        if self.warmup_other_actions < 0:
+            errors.append("warmup_other_actions must be >= 0")
         return errors
 
     @classmethod
@@ -210,6 +222,57 @@ async def _record(domain: str, task_ids: list[str]) -> list[WarmupExample]:
     return examples
 
 
+def _reply_key(reply: dict[str, Any]) -> str:
+    calls = [(c["function"]["name"], json.loads(c["function"]["arguments"] or "{}"))
+             for c in reply.get("tool_calls") or []]
+    return json.dumps([reply.get("content") or "", calls], sort_keys=True)
+
+
+def add_other_actions(examples: list[WarmupExample], k: int, seed: int) -> list[WarmupExample]:
+    """`examples` plus, for each task's first turn, `k` first replies of other tasks on its request.
+
+    Candidates are the distinct first replies of the domain that differ from the task's own (two tasks
+    that open alike are one action); each task draws its `k` with its own seeded generator, so the
+    choice does not depend on the order of the tasks. Later turns stay the oracle's alone.
+    """
+    if k <= 0:
+        return list(examples)
+    first: dict[str, WarmupExample] = {}
+    for ex in examples:
+        first.setdefault(ex.task, ex)
+    actions: dict[str, dict[str, Any]] = {}
+    for ex in first.values():
+        actions.setdefault(_reply_key(ex.reply), ex.reply)
+    out = list(examples)
+    for task, ex in first.items():
+        own = _reply_key(ex.reply)
+        others = [key for key in sorted(actions) if key != own]
+        if len(others) < k:
+            raise ValueError(f"warmup_other_actions={k}, but the domain's tasks open with only "
+                             f"{len(others)} other distinct replies")
+        for key in random.Random(f"{seed}:{task}").sample(others, k):
+            out.append(WarmupExample(task, ex.messages, ex.tools, actions[key]))
+    return out
+
+
+def add_early_stops(examples: list[WarmupExample], k: int) -> list[WarmupExample]:
+    """`examples` plus `k` copies of each task's last reply on its first turn's request.
+
+    A task whose first reply is its last (it only talks) gains nothing: ending is its action.
+    """
+    if k <= 0:
+        return list(examples)
+    turns: dict[str, list[WarmupExample]] = {}
+    for ex in examples:
+        turns.setdefault(ex.task, []).append(ex)
+    out = list(examples)
+    for task, seq in turns.items():
+        first, last = seq[0], seq[-1]
+        if _reply_key(first.reply) != _reply_key(last.reply):
+            out.extend(WarmupExample(task, first.messages, first.tools, last.reply) for _ in range(k))
+    return out
+
+
 def _assistant_message(reply: dict[str, Any]) -> dict[str, Any]:
     msg: dict[str, Any] = {"role": "assistant", "content": reply.get("content") or ""}
     if reply.get("tool_calls"):
@@ -315,7 +378,11 @@ def cache_key(recipe: TinyModelRecipe, rendered: list[tuple[list[int], list[int]
     """Hash of the recipe, the tokenizer files and the warm-up token ids (not the raw requests, whose
     tool-call ids are random)."""
     h = hashlib.sha256()
-    h.update(json.dumps({"version": RECIPE_VERSION, **dataclasses.asdict(recipe)}, sort_keys=True).encode())
+    fields = dataclasses.asdict(recipe)
+    for name in ("warmup_early_stops", "warmup_other_actions"):  # added later: unset, they leave the
+        if not fields[name]:                                       # keys of earlier models as they were
+            del fields[name]
+    h.update(json.dumps({"version": RECIPE_VERSION, **fields}, sort_keys=True).encode())
     h.update(_hash_files(tokenizer_dir(), TOKENIZER_FILES).encode())
     if recipe.warmup_steps:
         h.update(json.dumps(rendered).encode())
@@ -335,6 +402,8 @@ def ensure_tiny_model(recipe: TinyModelRecipe, cache_dir: str | Path | None = No
         examples = record_oracle_turns(recipe.warmup_domain, list(dict.fromkeys(tasks)))
         if not examples:
             raise RuntimeError(f"the oracle solved none of the warm-up tasks {tasks}")
+        examples = add_early_stops(examples, recipe.warmup_early_stops)
+        examples = add_other_actions(examples, recipe.warmup_other_actions, recipe.seed)
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir())
