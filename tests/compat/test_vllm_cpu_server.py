@@ -171,3 +171,12 @@ def test_disk_weight_update_reaches_the_running_server(tmp_path):
             os.killpg(server.pid, 9)
             server.wait(10)
         log.close()
+
+
+def test_vllm_is_asked_for_the_logprobs_of_the_sampled_distribution():
+    from examples.tau2.compat.vllm_cpu_server import with_processed_logprobs
+
+    argv = ["launcher", "--model", "m", "--port", "1"]
+    assert with_processed_logprobs(argv) == [*argv, "--logprobs-mode", "processed_logprobs"]
+    for named in (["--logprobs-mode", "raw_logprobs"], ["--logprobs-mode=raw_logprobs"]):
+        assert with_processed_logprobs([*argv, *named]) == [*argv, *named]  # an explicit choice stays

@@ -1,6 +1,6 @@
 """The CPU learning run's pieces: its config, progress lines, the table and the curves.
 
-The run itself (RL between two evaluations, ~20 min a seed) is a benchmark, not a test: its measured
+The run itself (RL between two evaluations, ~12 min a seed) is a benchmark, not a test: its measured
 results are in examples/tau2/docs/learn/README.md.
 """
 
@@ -34,6 +34,10 @@ def test_learn_variant_layers_over_the_smoke_variant_and_passes_the_checks():
     assert config.actor.enable_tree_training and config.econfig.domain == "mock"
     assert config.smoke.logprob_ratio_tolerance == smoke_config.smoke.logprob_ratio_tolerance
     assert config.seed == 3 and config.trial_name == "seed3"
+    # The learning run's own choices: a start that often ends before acting, sampled (in training and in
+    # both evaluations) at one temperature the trainer also uses to recompute logprobs.
+    assert config.smoke.tiny_model["warmup_early_stops"] > 0
+    assert config.gconfig.temperature == config.econfig.temperature == config.actor.temperature < 1.0
 
 
 def _stats_row(step: int, success: float, entropy: float) -> dict[str, float]:
@@ -73,8 +77,12 @@ def test_table_and_curves_cover_every_seed(tmp_path: Path):
     text = learn.table(results, trials=4)
     rows = [x for x in text.splitlines() if x.startswith("| 1 ") or x.startswith("| 2 ")]
     assert rows[0] == ("| 1 | 0.100 [0.00, 0.20] | 0.600 [0.50, 0.70] | +0.500 | 3 | 10.0 | 12.0 | "
-                       "3.00 → 1.00 (3.00) |")
+                       "3.00 → 1.00 (3.00) | passed |")
     assert "| +0.100 |" in rows[1]
+    # a seed whose training broke one of the smoke run's checks says so, with the reason
+    results[1].smoke_problems = ["logprob ratio outside 1 +- 0.05: step 1: 1.0100 (tokens 0.4000..1.1000)"]
+    text = learn.table(results, trials=4)
+    assert "| FAILED |" in text and "- seed 2: logprob ratio outside 1 +- 0.05: step 1" in text
     assert "9 mock tasks x 4 trials" in text
     png = learn.plot(tmp_path, results)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000

@@ -14,6 +14,13 @@ adapts exactly three things in its own process and then executes AReaL's module 
 3. `pause_generation(wait_for_inflight_requests=...)` became `pause_generation(mode=...)`; AReaL's
    routes call the old form, which `adapt_pause_generation` translates.
 
+Plus one setting AReaL's vLLM config has no field for: `--logprobs-mode processed_logprobs` (unless the
+command line names a mode). AReaL records the logprob vLLM returns for each sampled token as the
+behaviour policy's and the trainer recomputes it at `actor.temperature`; vLLM's default returns the
+*raw* (temperature 1) logprobs, so at any other temperature the two disagree token by token (measured at
+0.7: per-token ratios 0.002..2.2, failing the smoke check). Processed logprobs are those of the
+distribution actually sampled.
+
 Nothing is changed on import: only `main()` applies the adaptations. The pinned vLLM and AReaL
 versions are checked first, so another release fails with one clear sentence instead of a missing
 route.
@@ -79,10 +86,21 @@ def adapt_pause_generation() -> None:
         AsyncLLM.pause_generation = _translate_pause(AsyncLLM.pause_generation)
 
 
+LOGPROBS_FLAG = "--logprobs-mode"
+
+
+def with_processed_logprobs(argv: list[str]) -> list[str]:
+    """`argv` asking vLLM for the sampled distribution's logprobs, unless it names a mode already."""
+    if any(a == LOGPROBS_FLAG or a.startswith(LOGPROBS_FLAG + "=") for a in argv):
+        return list(argv)
+    return [*argv, LOGPROBS_FLAG, "processed_logprobs"]
+
+
 def main() -> None:
     check_versions()
     alias_moved_modules()
     adapt_pause_generation()
+    sys.argv = with_processed_logprobs(sys.argv)
     # argv is passed through untouched: AReaL's module parses vLLM's own server flags. sys.modules
     # keeps this launcher as `__main__`, so vLLM's spawned engine processes re-import the launcher
     # (which does nothing on import), not AReaL's module (which would fail there, unadapted).

@@ -244,17 +244,20 @@ def plot(out: Path, results: list[SeedResult]) -> Path:
 
 def table(results: list[SeedResult], trials: int) -> str:
     lines = ["| seed | success before | success after | gain | steps | train min | total min | "
-             "entropy first → last (max) |", "|---|---|---|---|---|---|---|---|"]
+             "entropy first → last (max) | smoke checks |", "|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         b, a = r.before, r.after
         ent = [x for x in r.entropy if not math.isnan(x)]
+        entropy = f"{ent[0]:.2f} → {ent[-1]:.2f} ({max(ent):.2f})" if ent else "–"
         lines.append(f"| {r.seed} | {b.success_rate:.3f} [{b.interval[0]:.2f}, {b.interval[1]:.2f}] | "
                      f"{a.success_rate:.3f} [{a.interval[0]:.2f}, {a.interval[1]:.2f}] | {r.gain:+.3f} | "
-                     f"{r.steps} | {r.train_s / 60:.1f} | {r.total_s / 60:.1f} | "
-                     f"{ent[0]:.2f} → {ent[-1]:.2f} ({max(ent):.2f}) |" if ent else "|")
+                     f"{r.steps} | {r.train_s / 60:.1f} | {r.total_s / 60:.1f} | {entropy} | "
+                     f"{'FAILED' if r.smoke_problems else 'passed'} |")
     lines.append("")
     lines.append(f"success: τ² reward 1 over 9 mock tasks x {trials} trials (interval: bootstrap over tasks, "
-                 "95 %)")
+                 "95 %); smoke checks: the smoke run's (logprob ratio of every token, weights changed, ...)")
+    for r in results:
+        lines += [f"- seed {r.seed}: {p}" for p in r.smoke_problems]
     return "\n".join(lines)
 
 
@@ -286,7 +289,12 @@ def main(argv: list[str] | None = None) -> int:
         (args.out / "learn.md").write_text(text + "\n")
         print(text, flush=True)
     print(f"curves: {plot(args.out, results)}", flush=True)
-    return 0
+    failed = [r.seed for r in results if r.smoke_problems]
+    if failed:
+        seeds = ", ".join(map(str, failed))
+        print(f"the smoke run's checks failed for seed(s) {seeds}: see {args.out / 'learn.md'}",
+              file=sys.stderr, flush=True)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
