@@ -63,7 +63,7 @@ class TinyModelRecipe:
     warmup_other_actions: int = 0
     """Per task, also imitate this many *other* tasks' first replies (seeded choice) at its first turn,
     each as often as its own: a start that writes every action of the domain well but does not know
-    which one a request needs, which only the reward can teach (the learning run's start)."""
+    which one a request needs, which only the reward can teach (run G of docs/learn/README.md)."""
 
     def __post_init__(self) -> None:
         errors = self.validate()
@@ -228,6 +228,14 @@ def _reply_key(reply: dict[str, Any]) -> str:
     return json.dumps([reply.get("content") or "", calls], sort_keys=True)
 
 
+def _turns_by_task(examples: list[WarmupExample]) -> dict[str, list[WarmupExample]]:
+    """Each task's turns in the order played (the first is the reply to the task's request)."""
+    turns: dict[str, list[WarmupExample]] = {}
+    for ex in examples:
+        turns.setdefault(ex.task, []).append(ex)
+    return turns
+
+
 def add_other_actions(examples: list[WarmupExample], k: int, seed: int) -> list[WarmupExample]:
     """`examples` plus, for each task's first turn, `k` first replies of other tasks on its request.
 
@@ -237,9 +245,7 @@ def add_other_actions(examples: list[WarmupExample], k: int, seed: int) -> list[
     """
     if k <= 0:
         return list(examples)
-    first: dict[str, WarmupExample] = {}
-    for ex in examples:
-        first.setdefault(ex.task, ex)
+    first = {task: seq[0] for task, seq in _turns_by_task(examples).items()}
     actions: dict[str, dict[str, Any]] = {}
     for ex in first.values():
         actions.setdefault(_reply_key(ex.reply), ex.reply)
@@ -262,11 +268,8 @@ def add_early_stops(examples: list[WarmupExample], k: int) -> list[WarmupExample
     """
     if k <= 0:
         return list(examples)
-    turns: dict[str, list[WarmupExample]] = {}
-    for ex in examples:
-        turns.setdefault(ex.task, []).append(ex)
     out = list(examples)
-    for task, seq in turns.items():
+    for task, seq in _turns_by_task(examples).items():
         first, last = seq[0], seq[-1]
         if _reply_key(first.reply) != _reply_key(last.reply):
             out.extend(WarmupExample(task, first.messages, first.tools, last.reply) for _ in range(k))
