@@ -77,6 +77,34 @@ def test_requests_carry_sampling_settings_and_task_header(endpoint):
     assert user.headers["X-Tau2-Episode"] == policy.headers["X-Tau2-Episode"]
 
 
+def _policy_seeds(endpoint, model: str) -> list[int | None]:
+    """The `seed` of each policy request of the latest episode, in order."""
+    requests = [r for r in endpoint.endpoint.recent if r.model == model]
+    episode = requests[-1].headers["X-Tau2-Episode"]
+    return [r.body.get("seed") for r in requests if r.headers["X-Tau2-Episode"] == episode]
+
+
+def test_policy_seed_seeds_every_policy_request_reproducibly(endpoint):
+    runs = {}
+    for name, seed in (("a", 3), ("b", 3), ("c", 4)):
+        r = run_one(make_workflow(endpoint, "oracle", policy_seed=True), endpoint, "airline", "7", seed=seed)
+        assert r.reward == 1.0
+        runs[name] = _policy_seeds(endpoint, "oracle")
+    assert len(runs["a"]) > 1 and None not in runs["a"]
+    assert len(set(runs["a"])) == len(runs["a"])  # no two requests of an episode share random numbers
+    assert runs["a"] == runs["b"]  # the same trial seed: the same request seeds
+    assert runs["a"][0] == tau2_agent.request_seed(3, "airline/7", 0)
+    assert not set(runs["a"]) & set(runs["c"])  # another trial: other seeds
+    assert all(0 <= s < 2**31 for s in runs["a"] + runs["c"])
+    other_task = tau2_agent.request_seed(3, "airline/8", 0)
+    assert other_task != runs["a"][0]
+
+
+def test_policy_seed_needs_a_seeded_row(endpoint):
+    with pytest.raises(ValueError, match="policy_seed is set but the row for airline/7 has no seed"):
+        run_one(make_workflow(endpoint, "oracle", policy_seed=True), endpoint, "airline", "7")
+
+
 def test_user_api_key_comes_from_named_env_var(endpoint, monkeypatch):
     monkeypatch.setenv("MY_USER_KEY", "sk-user-secret")
     run_one(make_workflow(endpoint, "oracle", user_api_key_env="MY_USER_KEY"), endpoint, "airline", "7")

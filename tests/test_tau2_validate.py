@@ -65,6 +65,7 @@ ONE_ERROR = [
     (["econfig.reward_baseline=best"], "reward_baseline 'best' is not one of none, group_mean"),
     (["actor.adv_norm.mean_level=group"], "actor.adv_norm uses group-level statistics"),
     (["econfig.temperature=0.7"], "differs from actor.temperature"),
+    (["econfig.policy_seed=true"], "econfig.policy_seed is for evaluation"),
     (["rollout.request_timeout=1800"], "rollout.request_timeout=1800s must exceed"),
     (["rollout.tokenizer_path="], "rollout.tokenizer_path must be set"),
     (["econfig.valid_split=null"], "set both econfig.valid_split and a valid_dataset section"),

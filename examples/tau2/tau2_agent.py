@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import dataclasses
+import hashlib
 import os
 import threading
 import time
@@ -149,6 +150,8 @@ class Tau2AgentWorkflow:
                 endpoint.headers = headers
         bridge = _LoopBridge(loop)
         seed = data.get("seed")
+        if cfg.policy_seed and seed is None:
+            raise ValueError(f"policy_seed is set but the row for {ref.domain}/{ref.task_id} has no seed")
         job = loop.run_in_executor(
             _episode_executor(cfg.max_concurrent_episodes),
             _episode_in_thread, ref, cfg, policy, user, bridge, int(seed) if seed is not None else None,
@@ -239,7 +242,8 @@ def _build_episode(ref: TaskRef, cfg: Tau2EnvConfig, policy: ChatEndpoint,
     if cfg.enable_think_tool:
         agent_tools.append(_THINK_TOOL)
         agent_schemas.append(_THINK_SCHEMA)
-    turn = _PolicyTurn(policy, bridge, stats, cfg, tuple(agent_schemas), valid_names)
+    turn = _PolicyTurn(policy, bridge, stats, cfg, tuple(agent_schemas), valid_names,
+                       episode_seed=seed if cfg.policy_seed else None, task=f"{ref.domain}/{ref.task_id}")
     if cfg.solo_mode:
         agent: LLMAgent | LLMSoloAgent = _ProxySoloAgent(turn, agent_tools, env.get_policy(), task)
         user: UserSimulator = DummyUser()
@@ -467,6 +471,9 @@ class _PolicyTurn:
     config: Tau2EnvConfig
     schemas: tuple[dict[str, Any], ...]
     valid_tool_names: frozenset[str]
+    episode_seed: int | None = None
+    """Seeds every policy request (`policy_seed`); None sends no seed."""
+    task: str = ""
 
     def generate(self, state: LLMAgentState, tool_choice: str | None = None) -> AssistantMessage:
         sampling: dict[str, Any] = {
@@ -477,6 +484,8 @@ class _PolicyTurn:
         if tool_choice:
             sampling["tool_choice"] = tool_choice
         for _ in range(MAX_THINK_CALLS_PER_TURN + 1):
+            if self.episode_seed is not None:
+                sampling["seed"] = request_seed(self.episode_seed, self.task, self.stats.agent_turns)
             messages = to_openai_messages(state.system_messages + state.messages)
             completion, latency = self.bridge.call(
                 self.endpoint.complete(messages, list(self.schemas), **sampling)
@@ -520,6 +529,13 @@ class _PolicyTurn:
         )
 
 
+def request_seed(episode_seed: int, task: str, request_index: int) -> int:
+    """The seed of one policy request: fixed by (episode seed, task, index of the request in the
+    episode), distinct across them, so that no two requests of an evaluation share random numbers."""
+    digest = hashlib.blake2b(f"{episode_seed}#{task}#{request_index}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % 2**31
+
+
 def _append_incoming(state: LLMAgentState | UserState, message: Message | None) -> None:
     if isinstance(message, MultiToolMessage):
         state.messages.extend(message.tool_messages)
@@ -540,7 +556,7 @@ class _ProxyAgent(LLMAgent):
         state.messages.append(assistant)
         return assistant, state
 
-    def set_seed(self, seed: int) -> None:  # seeds go to the user simulator; the proxy drops them
+    def set_seed(self, seed: int) -> None:  # the policy's seeds come from `_PolicyTurn` (policy_seed)
         pass
 
 

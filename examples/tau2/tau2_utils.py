@@ -103,6 +103,12 @@ class Tau2EnvConfig:
     top_p: float = 1.0
     max_completion_tokens: int = 1024
     """Per-turn token limit for the policy. Always sent: AReaL's proxy otherwise uses 512."""
+    policy_seed: bool = False
+    """Send every policy request a seed derived from the episode's seed (the row's `seed`), its task and
+    the request's index, so that a server that honours `seed` (vLLM, SGLang) samples the same replies
+    when the same policy is evaluated again, and two policies are compared on common random numbers.
+    Evaluation only (`tau2_eval --policy-seed`): training rows carry no seed, and a seed shared by a
+    GRPO group would make its episodes identical."""
     enable_think_tool: bool = False
     """Offer the policy a `think(thought)` tool; thoughts stay inside the agent, tau2 never sees them."""
 

@@ -336,6 +336,9 @@ def check_training(config: Tau2PPOConfig, train_rows: int | None) -> list[str]:
     if abs(econfig.temperature - config.actor.temperature) > 1e-9:
         errors.append(f"econfig.temperature={econfig.temperature} differs from actor.temperature="
                       f"{config.actor.temperature}, at which the trainer recomputes the sampled logprobs")
+    if econfig.policy_seed:
+        errors.append("econfig.policy_seed is for evaluation (tau2_eval --policy-seed): training rows carry "
+                      "no seed, and one seed per GRPO group would make its episodes identical")
     if config.rollout.request_timeout <= econfig.episode_timeout_s:
         errors.append(f"rollout.request_timeout={config.rollout.request_timeout:g}s must exceed "
                       f"econfig.episode_timeout_s={econfig.episode_timeout_s:g}s (it bounds a whole group)")

@@ -122,7 +122,9 @@ def serve_policy(model_dir: Path, name: str, log_path: Path, max_model_len: int)
 
 def evaluate_policy(model_dir: Path, name: str, out_dir: Path, config: Tau2SmokeConfig,
                     trials: int) -> PolicyScore:
-    """Every task of the training domain, `trials` times, sampled as in training."""
+    """Every task of the training domain, `trials` times, sampled as in training, with seeded policy
+    requests (`--policy-seed`): both evaluations of a seed draw the same random numbers, and evaluating
+    one policy twice gives the same episodes."""
     from examples.tau2.cpu.scripted_endpoint import EndpointThread
 
     out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -134,7 +136,7 @@ def evaluate_policy(model_dir: Path, name: str, out_dir: Path, config: Tau2Smoke
                "--domains", e.domain, "--split", e.train_split, "--trials", str(trials),
                "--temperature", str(config.gconfig.temperature), "--top-p", str(config.gconfig.top_p),
                "--max-completion-tokens", str(config.gconfig.max_new_tokens),
-               "--max-steps", str(e.max_steps), "--max-errors", str(e.max_errors),
+               "--max-steps", str(e.max_steps), "--max-errors", str(e.max_errors), "--policy-seed",
                "--concurrency", "8", "--output-dir", str(out_dir)]
         with open(out_dir.with_suffix(".eval.log"), "w") as log:
             subprocess.run(cmd, check=True, stdout=log, stderr=subprocess.STDOUT)
