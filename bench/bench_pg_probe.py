@@ -10,6 +10,10 @@ under the policy at every first turn (where the tasks' decisions are) and its me
 
     .venv/bin/python bench/bench_pg_probe.py --warmup-steps 130 --lr 1e-3            # Adam's first step
     .venv/bin/python bench/bench_pg_probe.py --warmup-steps 300 --early-stops 3 --lr 2e-4 --steps 20
+With `--checkpoints DIR ...` it trains nothing and prints, per task, the probability of the oracle's first
+reply under each checkpoint at `--temperature` (e.g. a learning run's start and final checkpoints):
+
+    .venv/bin/python bench/bench_pg_probe.py --temperature 0.7 --checkpoints START AFTER_SEED1 ...
 Results: bench/RESULTS.md ("Policy-gradient probe").
 """
 
@@ -44,17 +48,36 @@ def oracle_turns(tokenizer) -> list[Turn]:
     return turns
 
 
-def reply_logprobs(model, prompt: list[int], reply: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-token logprobs of `reply` after `prompt`, and the policy's entropy at each position."""
+def reply_logprobs(model, prompt: list[int], reply: list[int],
+                   temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token logprobs of `reply` after `prompt` when sampling at `temperature`, and the policy's
+    entropy at each position."""
     ids = torch.tensor([prompt + reply])
     hidden = model.model(input_ids=ids).last_hidden_state[0, len(prompt) - 1: len(prompt) + len(reply) - 1]
-    logp = torch.log_softmax(model.lm_head(hidden).float(), -1)
+    logp = torch.log_softmax(model.lm_head(hidden).float() / temperature, -1)
     return logp.gather(-1, torch.tensor(reply)[:, None])[:, 0], -(logp.exp() * logp).sum(-1)
 
 
 @torch.no_grad()
-def oracle_reply_probs(model, turns: list[Turn]) -> list[float]:
-    return [reply_logprobs(model, t.prompt, t.target)[0].sum().exp().item() for t in turns]
+def oracle_reply_probs(model, turns: list[Turn], temperature: float = 1.0) -> list[float]:
+    return [reply_logprobs(model, t.prompt, t.target, temperature)[0].sum().exp().item() for t in turns]
+
+
+def compare_checkpoints(paths: list[str], turns: list[Turn], temperature: float) -> None:
+    """A Markdown table: P(oracle's first reply) per task (rows) under each checkpoint (columns)."""
+    from transformers import Qwen3ForCausalLM
+
+    first = [t for t in turns if t.first]
+    columns = [oracle_reply_probs(Qwen3ForCausalLM.from_pretrained(p).float().eval(), first, temperature)
+               for p in paths]
+    print(f"P(oracle's first reply) at temperature {temperature}\n")
+    print("| task | " + " | ".join(f"({i}) " for i in range(1, len(paths) + 1)) + "|")
+    print("|---|" + "---|" * len(paths))
+    for row, t in enumerate(first):
+        print(f"| {t.task} | " + " | ".join(f"{c[row]:.3f}" for c in columns) + " |")
+    print("| mean | " + " | ".join(f"{sum(c) / len(c):.3f}" for c in columns) + " |\n")
+    for i, p in enumerate(paths, 1):
+        print(f"({i}) {p}")
 
 
 def report(step: int, model, turns: list[Turn], extra: str = "") -> None:
@@ -82,6 +105,8 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--report-every", type=int, default=2)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--checkpoints", nargs="+", metavar="DIR",
+                        help="train nothing: compare these checkpoints' P(oracle's first reply) per task")
     args = parser.parse_args()
 
     from transformers import AutoTokenizer, Qwen3ForCausalLM
@@ -95,6 +120,9 @@ def main() -> None:
                              warmup_other_actions=args.other_actions)
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir())
     turns = oracle_turns(tokenizer)
+    if args.checkpoints:
+        compare_checkpoints(args.checkpoints, turns, args.temperature)
+        return
     model = Qwen3ForCausalLM.from_pretrained(ensure_tiny_model(recipe)).float()
     params = list(model.parameters())
     opt = (torch.optim.AdamW(params, lr=args.lr, eps=args.adam_eps, weight_decay=0.0)

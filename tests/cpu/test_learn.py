@@ -1,7 +1,8 @@
-"""The CPU learning run's pieces: its config, progress lines, the table and the curves.
+"""The CPU learning run's pieces: its config, its evaluation, progress lines, the table and the curves.
 
 The run itself (RL between two evaluations, ~12 min a seed) is a benchmark, not a test: its measured
-results are in examples/tau2/docs/learn/README.md.
+results are in examples/tau2/docs/learn/README.md. Its evaluation (vLLM + tau2_eval, seeded) is tested
+here end to end, because the before/after comparison rests on it.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pytest
 
 from examples.tau2.cpu import learn
 from examples.tau2.cpu.smoke_config import MAIN_CONFIG, check_config, load_smoke_config
+from examples.tau2.cpu.tiny_model import TinyModelRecipe, ensure_tiny_model
 
 
 def _config(*overrides: str):
@@ -49,14 +51,20 @@ def _stats_row(step: int, success: float, entropy: float) -> dict[str, float]:
 def test_progress_prints_one_line_per_finished_step(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     stats = tmp_path / "stats.jsonl"
     with learn.ProgressPrinter(stats, total_steps=4, seed=7):
-        with stats.open("w") as f:
-            for step, success in enumerate([0.1, 0.4]):
-                f.write(json.dumps(_stats_row(step, success, 2.0)) + "\n")
+        with stats.open("a") as f:
+            f.write(json.dumps(_stats_row(0, 0.1, 2.0)) + "\n")
         time.sleep(6)  # the printer polls every 5 s
+        with stats.open("a") as f:
+            f.write(json.dumps(_stats_row(1, 0.4, 2.0)) + "\n")
+        time.sleep(6)
     lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("[learn")]
     assert len(lines) == 2
-    assert lines[0].startswith("[learn seed 7] step 1/4: success 0.10, reward +0.000, entropy 2.00, ~")
-    assert "step 2/4: success 0.40" in lines[1] and lines[1].endswith("min left")
+    # The first step's time holds the trainer's start-up: the estimate starts from the second.
+    assert lines[0] == ("[learn seed 7] step 1/4: success 0.10, reward +0.000, entropy 2.00, "
+                        "time left after the next step")
+    assert lines[1].startswith("[learn seed 7] step 2/4: success 0.40, reward +0.300, entropy 2.00, ~")
+    minutes = float(lines[1].split("~")[1].split()[0])
+    assert 0 < minutes < 1  # ~5 s a step (the poll interval) x 2 steps left
 
 
 def _seed_result(tmp_path: Path, seed: int, before: float, after: float) -> learn.SeedResult:
@@ -94,3 +102,31 @@ def test_arguments_that_are_not_overrides_are_refused(capsys: pytest.CaptureFixt
         learn.main(["bogus", "--trials", "2"])
     assert e.value.code == 2
     assert "overrides are key=value" in capsys.readouterr().err
+
+
+def _episodes(eval_dir: str) -> dict[tuple[str, int], tuple[float, str]]:
+    """(task, trial) -> (tau2 reward, the conversation as text) of one evaluation."""
+    out = {}
+    for line in (Path(eval_dir) / "trials.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        assert row.get("rejection") is None, row
+        messages = json.loads(Path(row["dump_path"]).read_text())["messages"]
+        out[row["task_id"], row["trial"]] = (row["tau2_reward"], json.dumps(
+            [(m["role"], m.get("content"), m.get("tool_calls")) for m in messages], sort_keys=True))
+    return out
+
+
+@pytest.mark.slow
+def test_evaluating_one_policy_twice_replays_the_same_episodes(tmp_path: Path):
+    """Seeded policy requests: two evaluations (two vLLM servers) of one policy give identical episodes,
+    while different trials of a task still sample differently. Run at temperature 1 on the smoke run's
+    weakly trained policy, whose replies vary a lot, so that agreement cannot come from a peaked policy."""
+    config = _config("gconfig.temperature=1.0")  # evaluate_policy starts its own user simulator
+    model = ensure_tiny_model(TinyModelRecipe.from_dict(load_smoke_config([])[0].smoke.tiny_model))
+    first, second = (learn.evaluate_policy(model, "p", tmp_path / name, config, trials=2) for name in "ab")
+    assert first.episodes == second.episodes == 18
+    a, b = _episodes(first.eval_dir), _episodes(second.eval_dir)
+    assert a == b
+    tasks = {task for task, _ in a}
+    assert any(a[task, 0][1] != a[task, 1][1] for task in tasks)
+    assert json.loads((tmp_path / "a" / "run.json").read_text())["settings"]["episode"]["policy_seed"] is True

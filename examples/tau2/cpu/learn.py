@@ -156,16 +156,19 @@ class ProgressPrinter:
         self._thread = threading.Thread(target=self._run, daemon=True, name="learn-progress")
 
     def _run(self) -> None:
-        seen, start = 0, time.monotonic()
+        seen = 0
+        first: tuple[int, float] | None = None  # the first step seen, and when: start-up is not a step
         while not self._stop.wait(5):
             stats = smoke.read_stats(self.stats_path)
             for s in stats[seen:]:
-                done = int(s["global_step"]) + 1
-                per_step = (time.monotonic() - start) / max(done, 1)
+                done, now = int(s["global_step"]) + 1, time.monotonic()
+                if first is None:
+                    first = (done, now)
+                left = ("time left after the next step" if done == first[0] else
+                        f"~{(now - first[1]) / (done - first[0]) * (self.total - done) / 60:.1f} min left")
                 print(f"[learn seed {self.seed}] step {done}/{self.total}: success "
                       f"{s.get(SUCCESS, math.nan):.2f}, reward {s.get(REWARD, math.nan):+.3f}, entropy "
-                      f"{s.get(ENTROPY, math.nan):.2f}, ~{per_step * (self.total - done) / 60:.1f} min left",
-                      flush=True)
+                      f"{s.get(ENTROPY, math.nan):.2f}, {left}", flush=True)
             seen = len(stats)
 
     def __enter__(self) -> ProgressPrinter:
