@@ -109,7 +109,7 @@ def _episodes(eval_dir: str) -> dict[tuple[str, int], tuple[float, str]]:
     out = {}
     for line in (Path(eval_dir) / "trials.jsonl").read_text().splitlines():
         row = json.loads(line)
-        assert row.get("rejection") is None, row
+        assert not row["rejection"], row  # every trial scored, none rejected
         messages = json.loads(Path(row["dump_path"]).read_text())["messages"]
         out[row["task_id"], row["trial"]] = (row["tau2_reward"], json.dumps(
             [(m["role"], m.get("content"), m.get("tool_calls")) for m in messages], sort_keys=True))
