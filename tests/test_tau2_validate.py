@@ -66,12 +66,25 @@ ONE_ERROR = [
     (["actor.adv_norm.mean_level=group"], "actor.adv_norm uses group-level statistics"),
     (["econfig.temperature=0.7"], "differs from actor.temperature"),
     (["econfig.policy_seed=true"], "econfig.policy_seed is for evaluation"),
+    (["actor.optimizer.lr_scheduler_type=cosine", "++total_train_steps=6"],
+     "lr_scheduler_type=cosine decays over total_train_epochs x steps per epoch = 50 x 3 = 150 steps"),
     (["rollout.request_timeout=1800"], "rollout.request_timeout=1800s must exceed"),
     (["rollout.tokenizer_path="], "rollout.tokenizer_path must be set"),
     (["econfig.valid_split=null"], "set both econfig.valid_split and a valid_dataset section"),
     (["valid_dataset=null"], "set both econfig.valid_split and a valid_dataset section"),
     (["train_dataset.batch_size=31"], "train_dataset.batch_size=31 exceeds the 30 training rows"),
 ]
+
+
+def test_a_decaying_learning_rate_must_fit_the_run(clean):
+    decaying = ("actor.optimizer.lr_scheduler_type=linear", "++total_train_steps=6")
+    (error,) = errors_for(clean, *decaying)
+    assert error.endswith("total_train_steps=6 ends the run first; set total_train_epochs=2")
+    assert errors_for(clean, *decaying, "total_train_epochs=2") == []
+    # 5 steps of 3 a epoch: the schedule's last step falls after the run, the nearest it can fit
+    assert errors_for(clean, "actor.optimizer.lr_scheduler_type=linear", "++total_train_steps=5",
+                      "total_train_epochs=2") == []
+    assert errors_for(clean, "++total_train_steps=6") == []  # a constant rate has nothing to fit
 
 
 @pytest.mark.parametrize(("overrides", "fragment"), ONE_ERROR)

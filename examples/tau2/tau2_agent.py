@@ -530,8 +530,9 @@ class _PolicyTurn:
 
 
 def request_seed(episode_seed: int, task: str, request_index: int) -> int:
-    """The seed of one policy request: fixed by (episode seed, task, index of the request in the
-    episode), distinct across them, so that no two requests of an evaluation share random numbers."""
+    """The seed of one policy request, fixed by (episode seed, task, index of the request in the episode)
+    and hashed, so that requests of one evaluation do not share random numbers (a collision of two
+    31-bit seeds has probability ~5e-10 per pair)."""
     digest = hashlib.blake2b(f"{episode_seed}#{task}#{request_index}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") % 2**31
 

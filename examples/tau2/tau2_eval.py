@@ -6,7 +6,9 @@
 Episodes run through the same code as training (`Tau2AgentWorkflow.run_episode`) with the same
 episode settings: the `econfig` section of a training config (`--config`), overridden by flags named
 after `Tau2EnvConfig` fields (`--user-model`, `--temperature`, `--max-steps`...). Trial t of a task
-uses seed t (sent to the user simulator as tau2 does).
+uses seed t (sent to the user simulator as tau2 does; with `--policy-seed` every policy request also
+carries a seed derived from t, the task and the request's index, so that a server that honours `seed`
+replays the same episodes for the same policy).
 
 `--output-dir` receives:
   run.json         the settings that make runs comparable (models, sampling, tasks, trials, versions),

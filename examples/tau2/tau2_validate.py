@@ -352,7 +352,28 @@ def check_training(config: Tau2PPOConfig, train_rows: int | None) -> list[str]:
     if train_rows is not None and config.train_dataset.drop_last and batch > train_rows:
         errors.append(f"train_dataset.batch_size={batch} exceeds the {train_rows} training rows, so an epoch "
                       "has no step (drop_last)")
-    return errors + check_tree_training(config)
+    return errors + check_lr_schedule(config, train_rows) + check_tree_training(config)
+
+
+def check_lr_schedule(config: Tau2PPOConfig, train_rows: int | None) -> list[str]:
+    """A decaying learning rate must decay over the steps the run takes. AReaL sizes the schedule by
+    `total_train_epochs` x steps per epoch and ignores `total_train_steps`, so a run that stops early on
+    `total_train_steps` would end with the learning rate still high."""
+    optimizer, steps = config.actor.optimizer, config.total_train_steps
+    if optimizer is None or optimizer.lr_scheduler_type == "constant" or not steps or not train_rows:
+        return []
+    batch = config.train_dataset.batch_size
+    per_epoch = train_rows // batch if config.train_dataset.drop_last else math.ceil(train_rows / batch)
+    if per_epoch == 0:
+        return []
+    needed = math.ceil(steps / per_epoch)
+    if config.total_train_epochs <= needed:
+        return []
+    epochs, kind = config.total_train_epochs, optimizer.lr_scheduler_type
+    return [f"actor.optimizer.lr_scheduler_type={kind} decays over total_train_epochs x "
+            f"steps per epoch = {epochs} x {per_epoch} = {epochs * per_epoch} steps (AReaL does not look at "
+            f"total_train_steps), but total_train_steps={steps} ends the run first; set "
+            f"total_train_epochs={needed}"]
 
 
 def validate(config: Tau2PPOConfig) -> list[str]:
