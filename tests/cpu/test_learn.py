@@ -25,7 +25,8 @@ def _config(*overrides: str):
 
 def test_learn_variant_layers_over_the_smoke_variant_and_passes_the_checks():
     port = learn.free_port()  # the default port may be serving a learning run right now
-    config = _config("seed=3", "trial_name=seed3", f"econfig.user_base_url=http://127.0.0.1:{port}/v1")
+    user = f"econfig.user_base_url=http://127.0.0.1:{port}/v1"
+    config = _config("seed=3", "trial_name=seed3", user)
     smoke_config = load_smoke_config([])[0]
     assert check_config(config) == []
     assert config.experiment_name == "tau2-learn-cpu" != smoke_config.experiment_name
@@ -40,6 +41,11 @@ def test_learn_variant_layers_over_the_smoke_variant_and_passes_the_checks():
     # both evaluations) at one temperature the trainer also uses to recompute logprobs.
     assert config.smoke.tiny_model["warmup_early_stops"] > 0
     assert config.gconfig.temperature == config.econfig.temperature == config.actor.temperature < 1.0
+    # The learning rate decays to 0 over exactly the run's steps (check_config refuses another length).
+    assert config.actor.optimizer.lr_scheduler_type == "cosine"
+    assert config.total_train_epochs * 3 == config.total_train_steps == 36
+    (error,) = check_config(_config(user, "total_train_epochs=100"))
+    assert "decays over total_train_epochs x steps per epoch = 100 x 3 = 300 steps" in error
 
 
 def _stats_row(step: int, success: float, entropy: float) -> dict[str, float]:
