@@ -66,6 +66,7 @@ ONE_ERROR = [
     (["actor.adv_norm.mean_level=group"], "actor.adv_norm uses group-level statistics"),
     (["econfig.temperature=0.7"], "differs from actor.temperature"),
     (["econfig.policy_seed=true"], "econfig.policy_seed is for evaluation"),
+    (["actor.kl_ctl=0.05"], "actor.kl_ctl=0.05 needs a ref section"),
     (["actor.optimizer.lr_scheduler_type=cosine", "++total_train_steps=6"],
      "lr_scheduler_type=cosine decays over total_train_epochs x steps per epoch = 50 x 3 = 150 steps"),
     (["rollout.request_timeout=1800"], "rollout.request_timeout=1800s must exceed"),
@@ -85,6 +86,14 @@ def test_a_decaying_learning_rate_must_fit_the_run(clean):
     assert errors_for(clean, "actor.optimizer.lr_scheduler_type=linear", "++total_train_steps=5",
                       "total_train_epochs=2") == []
     assert errors_for(clean, "++total_train_steps=6") == []  # a constant rate has nothing to fit
+
+
+def test_a_kl_penalty_with_a_reference_model_is_accepted(clean):
+    kl = ("actor.kl_ctl=0.05", "+ref=${actor}")  # the start policy, on an engine like the actor's
+    assert errors_for(clean, *kl) == []
+    assert errors_for(clean, *kl, "cluster.n_gpus_per_node=6") == [
+        "the engines need 8 GPUs (rollout 4 + actor 2 + ref 2) but cluster.n_nodes x "
+        "cluster.n_gpus_per_node = 1 x 6 = 6"]
 
 
 @pytest.mark.parametrize(("overrides", "fragment"), ONE_ERROR)

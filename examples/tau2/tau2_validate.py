@@ -336,6 +336,10 @@ def check_training(config: Tau2PPOConfig, train_rows: int | None) -> list[str]:
     if abs(econfig.temperature - config.actor.temperature) > 1e-9:
         errors.append(f"econfig.temperature={econfig.temperature} differs from actor.temperature="
                       f"{config.actor.temperature}, at which the trainer recomputes the sampled logprobs")
+    if config.actor.kl_ctl > 0 and config.ref is None:
+        errors.append(f"actor.kl_ctl={config.actor.kl_ctl:g} needs a ref section (e.g. ref: ${{actor}}, the "
+                      "start policy): without one AReaL takes the reference logprobs as 0 and the penalty "
+                      "becomes kl_ctl x log pi, a reward for lowering the policy's own probabilities")
     if econfig.policy_seed:
         errors.append("econfig.policy_seed is for evaluation (tau2_eval --policy-seed): training rows carry "
                       "no seed, and one seed per GRPO group would make its episodes identical")
