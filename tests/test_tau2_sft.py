@@ -22,7 +22,7 @@ SFT_YAML = REPO / "examples" / "tau2" / "sft.yaml"
 
 @pytest.fixture(scope="module")
 def oracle_data(endpoint, tmp_path_factory) -> Path:
-    """The oracle's mock trajectories, exported (6 rows)."""
+    """The oracle's mock trajectories, exported (7 rows)."""
     root = tmp_path_factory.mktemp("sft-entry")
     args = ["--policy-base-url", endpoint.url, "--policy-model", "oracle", "--output-dir", str(root / "eval"),
             "--user-base-url", endpoint.url, "--user-model", "user-scenario", "--domains", "mock",
@@ -61,8 +61,8 @@ def test_dry_run_reports_the_data_as_the_trainer_will_see_it(oracle_data, capsys
     encoded, _ = encode_rows(AutoTokenizer.from_pretrained(tokenizer_dir()), read_rows(oracle_data))
     tokens = sum(len(r["input_ids"]) for r in encoded)
     trained = sum(sum(r["loss_mask"]) for r in encoded)
-    assert f"6 rows (0 longer than max_length left out), {tokens} tokens of which {trained} trained" in out
-    assert "6 step(s) per epoch" in out  # batch_size 1
+    assert f"7 rows (0 longer than max_length left out), {tokens} tokens of which {trained} trained" in out
+    assert "7 step(s) per epoch" in out  # batch_size 1
 
 
 @pytest.mark.parametrize("extra,problem", [

@@ -1,9 +1,9 @@
 """SFT export on real evaluation dirs: tau2 episodes played against the scripted endpoint, dumped by the
 workflow, exported, and tokenized with the real Qwen3 tokenizer and chat template.
 
-The scripted oracle solves 7 of the 9 mock tasks (the two that start from a message history fail);
-`create_task_1` and `create_task_1_with_env_assertions` play the same conversation, and 2 trials of a
-task play the same conversation, so 14 successes make 6 distinct rows.
+The scripted oracle solves 8 of the 9 mock tasks (`update_task_with_history_and_env_assertions` lists no
+ground-truth actions to replay); `create_task_1` and `create_task_1_with_env_assertions` play the same
+conversation, and 2 trials of a task play the same conversation, so 16 successes make 7 distinct rows.
 """
 
 from __future__ import annotations
@@ -37,8 +37,10 @@ from examples.tau2.tau2_utils import fingerprint
 
 MOCK_TASKS = 9
 SOLVED = ["create_task_1", "create_task_1_nl_eval", "create_task_1_with_env_assertions", "impossible_task_1",
-          "update_task_1", "update_task_with_initialization_actions", "update_task_with_initialization_data"]
-HISTORY_TASKS = ["update_task_with_history_and_env_assertions", "update_task_with_message_history"]
+          "update_task_1", "update_task_with_initialization_actions", "update_task_with_initialization_data",
+          "update_task_with_message_history"]
+UNSOLVED = "update_task_with_history_and_env_assertions"
+"""Starts from a message history and is scored by an env assertion alone: the oracle only closes."""
 
 
 def eval_cli(endpoint, out: Path, policy: str, *extra: str) -> list[str]:
@@ -80,12 +82,12 @@ def test_export_of_a_real_eval_dir(oracle_eval, tmp_path):
     rows = read_rows(out)
     manifest = json.loads(manifest_path(out).read_text())
     assert manifest["sha256"] == fingerprint(out.read_text()) and manifest["output"] == str(out.resolve())
-    assert manifest["counts"] == {"episodes": 18, "kept_success": 14, "kept_partial": 0,
-                                  "dropped": {"below_min_reward": 4}, "duplicates": 8, "rows": 6,
-                                  "prompt_verified": 14, "prompt_unverified": 0}
-    assert manifest["per_domain"]["mock"] == {"episodes": 18, "successes": 14, "kept_success": 14,
-                                              "kept_partial": 0, "rows": 6, "duplicates": 8,
-                                              "tasks": MOCK_TASKS, "tasks_with_rows": 6}
+    assert manifest["counts"] == {"episodes": 18, "kept_success": 16, "kept_partial": 0,
+                                  "dropped": {"below_min_reward": 2}, "duplicates": 9, "rows": 7,
+                                  "prompt_verified": 16, "prompt_unverified": 0}
+    assert manifest["per_domain"]["mock"] == {"episodes": 18, "successes": 16, "kept_success": 16,
+                                              "kept_partial": 0, "rows": 7, "duplicates": 9,
+                                              "tasks": MOCK_TASKS, "tasks_with_rows": 7}
     per_task = manifest["per_task"]
     assert sorted(k for k, c in per_task.items() if c["successes"] == 2) == [f"mock/{t}" for t in SOLVED]
     assert per_task["mock/create_task_1"]["rows"] == 1 and per_task["mock/create_task_1"]["duplicates"] == 1
@@ -101,12 +103,18 @@ def test_export_of_a_real_eval_dir(oracle_eval, tmp_path):
         assert meta["kind"] == "success" and meta["tau2_reward"] == 1.0 and meta["prompt_verified"]
         assert row["tools"] == list(prompt.tools) and [t["function"]["name"] for t in row["tools"]] == [
             "create_task", "get_users", "update_task_status", "transfer_to_human_agents"]
-        system, greeting, *rest = row["messages"]
+        system, *context = row["messages"]
         assert system == {"role": "system", "content": prompt.system_prompt}
-        assert greeting == {"role": "assistant", "content": "Hi! How can I help you today?", "weight": 0}
+        if meta["task_id"] == "update_task_with_message_history":  # it starts from a scripted history
+            history, rest = context[:4], context[4:]
+            assert [m["role"] for m in history] == ["user", "assistant", "tool", "assistant"]
+            assert [m.get("weight", 1) for m in history if m["role"] == "assistant"] == [0, 0]
+        else:
+            greeting, *rest = context
+            assert greeting == {"role": "assistant", "content": "Hi! How can I help you today?", "weight": 0}
         assert rest[0]["role"] == "user" and rest[-1]["role"] == "user"
-        calls = [tc for m in rest if m["role"] == "assistant" for tc in m.get("tool_calls", [])]
-        results = [m for m in rest if m["role"] == "tool"]
+        calls = [tc for m in context if m["role"] == "assistant" for tc in m.get("tool_calls", [])]
+        results = [m for m in context if m["role"] == "tool"]
         assert [tc["id"] for tc in calls] == [f"call_{i}" for i in range(len(calls))]
         assert [r["tool_call_id"] for r in results] == [tc["id"] for tc in calls]
         for tc in calls:
@@ -139,20 +147,22 @@ def test_rows_are_exactly_the_requests_the_policy_was_sent(oracle_eval):
 
 def test_partial_trajectories_train_only_the_policy_turns(oracle_eval):
     out = oracle_eval[0]
-    result = build_rows([out], ExportFilters(min_partial=0.5))
+    # the failed task's only reward component is its env assertion: partial credit 0
+    assert build_rows([out], ExportFilters(min_partial=0.5)).manifest["counts"]["kept_partial"] == 0
+    result = build_rows([out], ExportFilters(min_partial=0.0))
     partial = [r for r in result.rows if r["metadata"]["kind"] == "partial"]
-    assert [r["metadata"]["task_id"] for r in partial] == ["update_task_with_message_history"]
+    assert [r["metadata"]["task_id"] for r in partial] == [UNSOLVED]
     row = partial[0]
-    assert row["metadata"]["partial_credit"] == 0.5 and row["metadata"]["tau2_reward"] == 0.0
+    assert row["metadata"]["partial_credit"] == 0.0 and row["metadata"]["tau2_reward"] == 0.0
     # The task's scripted history (a tool call and a reply) is context; the policy wrote only DONE_ALL.
     assistants = [m for m in row["messages"] if m["role"] == "assistant"]
     assert [m.get("weight", 1) for m in assistants] == [0, 0, 1] and assistants[-1]["content"] == "DONE_ALL"
     assert result.manifest["counts"]["kept_partial"] == 1
-    assert result.manifest["counts"]["dropped"] == {"below_min_reward": 2, "partial_not_best": 1}
+    assert result.manifest["counts"]["dropped"] == {"partial_not_best": 1}
     both = build_rows([out], ExportFilters(min_partial=0.0, partial_per_task=2)).manifest["per_task"]
-    assert [both[f"mock/{t}"]["kept_partial"] for t in HISTORY_TASKS] == [2, 2]
+    assert both[f"mock/{UNSOLVED}"]["kept_partial"] == 2
     everything = build_rows([out], ExportFilters(min_reward=0.0)).manifest["counts"]
-    assert everything["kept_success"] == 18 and everything["rows"] == 7  # the two history tasks play alike
+    assert everything["kept_success"] == 18 and everything["rows"] == 8
 
 
 def test_dump_dirs_moved_dirs_and_several_sources(oracle_eval, tmp_path):
@@ -170,7 +180,7 @@ def test_dump_dirs_moved_dirs_and_several_sources(oracle_eval, tmp_path):
     finally:
         shutil.copytree(moved / "dumps" / "mock" / "update_task_1", out / "dumps" / "mock" / "update_task_1")
     two = build_rows([out, moved], ExportFilters())
-    assert two.manifest["counts"]["episodes"] == 36 and two.manifest["counts"]["rows"] == 6
+    assert two.manifest["counts"]["episodes"] == 36 and two.manifest["counts"]["rows"] == 7
 
 
 def test_solo_mode_done_call_and_think_tool(endpoint, tmp_path):
@@ -192,7 +202,7 @@ def test_solo_mode_done_call_and_think_tool(endpoint, tmp_path):
     think = tmp_path / "think"
     assert tau2_eval.main(eval_cli(endpoint, think, "think", "--trials", "1", "--enable-think-tool")) == 0
     rows = build_rows([think], ExportFilters()).rows
-    assert len(rows) == 6 and all(r["metadata"]["prompt_verified"] for r in rows)
+    assert len(rows) == 7 and all(r["metadata"]["prompt_verified"] for r in rows)
     assert all(r["tools"][-1]["function"]["name"] == "think" for r in rows)
     called = {tc["function"]["name"] for r in rows for m in r["messages"] for tc in m.get("tool_calls", [])}
     assert "think" not in called  # thoughts stay inside the agent: not in tau2's trajectory
@@ -243,7 +253,7 @@ def test_dumps_without_agent_view_are_rebuilt_and_a_wrong_prompt_is_refused(orac
         f.write_text(json.dumps(d))
     result = build_rows([old], ExportFilters())
     assert [r["messages"] for r in result.rows] == [r["messages"] for r in reference]
-    assert result.manifest["counts"]["prompt_unverified"] == 14
+    assert result.manifest["counts"]["prompt_unverified"] == 16
     tampered = next((oracle_eval[0] / "dumps").rglob("*.json"))
     other = tmp_path / "tampered" / "mock" / "t" / tampered.name
     other.parent.mkdir(parents=True)
@@ -344,11 +354,11 @@ def test_a_final_assistant_turn_is_trained_as_the_template_renders_it(tokenizer)
 def test_encode_rows_leaves_out_rows_over_max_length_and_needs_chatml(oracle_eval, tokenizer):
     rows = build_rows([oracle_eval[0]], ExportFilters()).rows
     encoded, too_long = encode_rows(tokenizer, rows)
-    assert too_long == 0 and len(encoded) == 6
+    assert too_long == 0 and len(encoded) == 7
     lengths = sorted(len(r["input_ids"]) for r in encoded)
     encoded, too_long = encode_rows(tokenizer, rows, max_length=lengths[2])
     longer = sum(n > lengths[2] for n in lengths)
-    assert too_long == longer > 0 and len(encoded) == 6 - longer
+    assert too_long == longer > 0 and len(encoded) == 7 - longer
     assert all(len(r["input_ids"]) <= lengths[2] for r in encoded)
     other = copy.copy(tokenizer)
     other.chat_template = "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}"

@@ -142,11 +142,18 @@ def _emitted_actions(messages: list[dict]) -> int:
     return n
 
 
+def _history_actions(task) -> int:
+    """Tool calls the task's scripted message history already holds: the episode starts after them, so
+    they are context the oracle reads, not actions it took."""
+    history = task.initial_state.message_history if task.initial_state else None
+    return sum(len(m.tool_calls or []) for m in history or [] if m.role == "assistant")
+
+
 def oracle_reply(task, messages: list[dict], tool_names: set[str]) -> dict[str, Any]:
     """Next turn of the ground-truth policy: one action per turn, then the closing statement."""
     solo = "done" in tool_names
     actions = list(task.evaluation_criteria.actions or []) if task.evaluation_criteria else []
-    i = _emitted_actions(messages)
+    i = _emitted_actions(messages) - _history_actions(task)
     if i < len(actions):
         a = actions[i]
         if a.requestor == "assistant" or solo:
@@ -204,9 +211,15 @@ def scenario_opening(messages: list[dict]) -> str:
 
 
 def scenario_user_reply(messages: list[dict]) -> dict[str, Any]:
-    """`user-scenario`: the first turn states the task's instructions, then the scripted user."""
-    if not any(m.get("role") == "assistant" for m in messages):
-        return {"content": scenario_opening(messages)}
+    """`user-scenario`: its first own turn states the task's instructions, then the scripted user.
+
+    "First own turn" is the first one in which the user has not said them yet (its own messages are
+    role `assistant` in its view): a task that starts from a scripted message history already holds
+    user turns, and the user simulator still has to say what it wants now.
+    """
+    opening = scenario_opening(messages)
+    if not any(m.get("role") == "assistant" and m.get("content") == opening for m in messages):
+        return {"content": opening}
     return scripted_user_reply(messages)
 
 
