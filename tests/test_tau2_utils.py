@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import subprocess
+import sys
+import textwrap
 
 import pytest
 
@@ -106,3 +109,25 @@ def test_setup_runtime_filters_tau2_records_only(capfd):
     with pytest.raises(ValueError, match="is not a loguru level"):
         setup_runtime("LOUD")
     setup_runtime("ERROR")
+
+
+@pytest.mark.parametrize("body,code,stderr", [
+    ("return 3", 3, ""),
+    ("raise ValueError('bad config: lr')", 1, "ValueError: bad config: lr"),
+    ("raise SystemExit('usage: learn ...')", 1, "usage: learn ..."),
+    ("raise SystemExit(2)", 2, ""),
+    ("raise SystemExit(None)", 0, ""),
+])
+def test_exit_after_keeps_the_exit_code_and_the_error(body, code, stderr):
+    """A command's exception is printed, not swallowed by the immediate exit."""
+    script = textwrap.dedent(f"""
+        from examples.tau2.tau2_utils import exit_after
+        def main():
+            {body}
+        exit_after(main)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == code
+    assert stderr in done.stderr
+    if code == 1 and "Error" in stderr:
+        assert "Traceback (most recent call last)" in done.stderr

@@ -16,6 +16,7 @@ import os
 import re
 import sys
 import tempfile
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -343,6 +344,13 @@ def exit_after(main: Callable[[], int]) -> NoReturn:
     code = 1
     try:
         code = main()
+    except SystemExit as e:  # argparse and sys.exit: what the interpreter would have printed and returned
+        if isinstance(e.code, int) or e.code is None:
+            code = e.code or 0
+        else:
+            print(e.code, file=sys.stderr)
+    except BaseException:  # os._exit skips the interpreter's own report: print the traceback here
+        traceback.print_exc()
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
