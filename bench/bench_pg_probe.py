@@ -11,7 +11,8 @@ under the policy at every first turn (where the tasks' decisions are) and its me
     .venv/bin/python bench/bench_pg_probe.py --warmup-steps 130 --lr 1e-3            # Adam's first step
     .venv/bin/python bench/bench_pg_probe.py --warmup-steps 300 --early-stops 3 --lr 2e-4 --steps 20
 With `--checkpoints DIR ...` it trains nothing and prints, per task, the probability of the oracle's first
-reply under each checkpoint at `--temperature` (e.g. a learning run's start and final checkpoints):
+reply under each checkpoint at `--temperature` (e.g. a learning run's start and final checkpoints);
+`--all-turns` adds every later oracle turn (after a tool result: the closing replies):
 
     .venv/bin/python bench/bench_pg_probe.py --temperature 0.7 --checkpoints START AFTER_SEED1 ...
 Results: bench/RESULTS.md ("Policy-gradient probe").
@@ -63,18 +64,30 @@ def oracle_reply_probs(model, turns: list[Turn], temperature: float = 1.0) -> li
     return [reply_logprobs(model, t.prompt, t.target, temperature)[0].sum().exp().item() for t in turns]
 
 
-def compare_checkpoints(paths: list[str], turns: list[Turn], temperature: float) -> None:
-    """A Markdown table: P(oracle's first reply) per task (rows) under each checkpoint (columns)."""
+def turn_labels(turns: list[Turn]) -> list[str]:
+    """`task` for a task's first turn, `task, turn N` (1-based) for its later ones."""
+    labels, count = [], {}
+    for t in turns:
+        count[t.task] = count.get(t.task, 0) + 1
+        labels.append(t.task if t.first else f"{t.task}, turn {count[t.task]}")
+    return labels
+
+
+def compare_checkpoints(paths: list[str], turns: list[Turn], temperature: float,
+                        all_turns: bool = False) -> None:
+    """A Markdown table: P(oracle's reply) per task's first turn, or per oracle turn with `all_turns`
+    (rows), under each checkpoint (columns)."""
     from transformers import Qwen3ForCausalLM
 
-    first = [t for t in turns if t.first]
+    rows = [(label, t) for label, t in zip(turn_labels(turns), turns, strict=True) if all_turns or t.first]
+    first = [t for _, t in rows]
     columns = [oracle_reply_probs(Qwen3ForCausalLM.from_pretrained(p).float().eval(), first, temperature)
                for p in paths]
-    print(f"P(oracle's first reply) at temperature {temperature}\n")
-    print("| task | " + " | ".join(f"({i}) " for i in range(1, len(paths) + 1)) + "|")
+    print(f"P(oracle's {'reply' if all_turns else 'first reply'}) at temperature {temperature}\n")
+    print("| turn | " + " | ".join(f"({i}) " for i in range(1, len(paths) + 1)) + "|")
     print("|---|" + "---|" * len(paths))
-    for row, t in enumerate(first):
-        print(f"| {t.task} | " + " | ".join(f"{c[row]:.3f}" for c in columns) + " |")
+    for row, (label, _) in enumerate(rows):
+        print(f"| {label} | " + " | ".join(f"{c[row]:.3f}" for c in columns) + " |")
     print("| mean | " + " | ".join(f"{sum(c) / len(c):.3f}" for c in columns) + " |\n")
     for i, p in enumerate(paths, 1):
         print(f"({i}) {p}")
@@ -107,6 +120,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--checkpoints", nargs="+", metavar="DIR",
                         help="train nothing: compare these checkpoints' P(oracle's first reply) per task")
+    parser.add_argument("--all-turns", action="store_true",
+                        help="with --checkpoints: every oracle turn, not only each task's first")
     args = parser.parse_args()
 
     from transformers import AutoTokenizer, Qwen3ForCausalLM
@@ -121,7 +136,7 @@ def main() -> None:
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir())
     turns = oracle_turns(tokenizer)
     if args.checkpoints:
-        compare_checkpoints(args.checkpoints, turns, args.temperature)
+        compare_checkpoints(args.checkpoints, turns, args.temperature, args.all_turns)
         return
     model = Qwen3ForCausalLM.from_pretrained(ensure_tiny_model(recipe)).float()
     params = list(model.parameters())
