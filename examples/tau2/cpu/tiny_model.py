@@ -33,7 +33,6 @@ from typing import Any
 logger = logging.getLogger("tau2_areal.tiny_model")
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt")
-WARMUP_LR_SCHEDULES = ("constant", "cosine")
 RECIPE_VERSION = 1
 """Bump when the build or warm-up code changes in a way the recipe fields do not capture."""
 
@@ -57,9 +56,6 @@ class TinyModelRecipe:
     warmup_steps: int = 0
     """Full-batch supervised steps; 0 keeps the random weights."""
     warmup_lr: float = 3e-3
-    warmup_lr_schedule: str = "constant"
-    """`constant`, or `cosine`: decay to 0 over `warmup_steps`, which fits the turns more exactly in the same
-    number of steps (a constant rate keeps the last steps noisy; docs/learn/README.md, "The start")."""
     warmup_early_stops: int = 0
     """Per task, also imitate its closing reply this many times at its first turn: a start that knows each
     task's action but often ends the conversation before taking it, the way weak agents fail; only the
@@ -86,9 +82,6 @@ class TinyModelRecipe:
             errors.append("warmup_steps must be >= 0")
         if self.warmup_lr <= 0:
             errors.append("warmup_lr must be positive")
-        if self.warmup_lr_schedule not in WARMUP_LR_SCHEDULES:
-            errors.append(f"warmup_lr_schedule must be one of {', '.join(WARMUP_LR_SCHEDULES)}, "
-                          f"not {self.warmup_lr_schedule!r}")
         if self.warmup_early_stops < 0:
             errors.append("warmup_early_stops must be >= 0")
         if self.warmup_other_actions < 0:
@@ -318,7 +311,7 @@ def _common_prefix(seqs: list[list[int]]) -> int:
 
 
 def warm_up(model, tokenizer, examples: list[WarmupExample], recipe: TinyModelRecipe) -> dict[str, float]:
-    """Full-batch supervised steps on the reply tokens only (AdamW; constant or cosine-decayed lr).
+    """Full-batch supervised steps on the reply tokens only (AdamW, constant lr).
 
     Every turn starts with the same system prompt and tools (~85% of its tokens), so that shared
     prefix runs once per step and its KV cache is repeated over the batch: ~3x less work than
@@ -345,10 +338,8 @@ def warm_up(model, tokenizer, examples: list[WarmupExample], recipe: TinyModelRe
     shifted = labels[:, 1:]
     where = shifted != -100
     opt = torch.optim.AdamW(model.parameters(), lr=recipe.warmup_lr, weight_decay=0.0)
-    schedule = (torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=recipe.warmup_steps)
-                if recipe.warmup_lr_schedule == "cosine" else None)
     model.train()
-    losses, last_lr = [], recipe.warmup_lr
+    losses = []
     for step in range(recipe.warmup_steps):
         cache = model.model(input_ids=prefix, use_cache=True).past_key_values
         cache.batch_repeat_interleave(len(seqs))
@@ -358,10 +349,7 @@ def warm_up(model, tokenizer, examples: list[WarmupExample], recipe: TinyModelRe
         loss = torch.nn.functional.cross_entropy(logits, shifted[where])
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        last_lr = opt.param_groups[0]["lr"]
         opt.step()
-        if schedule is not None:
-            schedule.step()
         losses.append(loss.item())
         if step % 10 == 0 or step == recipe.warmup_steps - 1:
             logger.info("tiny model warm-up step %d/%d loss %.3f", step + 1, recipe.warmup_steps,
@@ -374,8 +362,7 @@ def warm_up(model, tokenizer, examples: list[WarmupExample], recipe: TinyModelRe
                                  pad_token_id=pad)
             exact += out[0, len(p):].tolist() == t
     return {"first_loss": losses[0] if losses else 0.0, "final_loss": losses[-1] if losses else 0.0,
-            "greedy_exact": exact / max(len(rendered), 1), "shared_prefix_tokens": float(shared),
-            "last_lr": last_lr}
+            "greedy_exact": exact / max(len(rendered), 1), "shared_prefix_tokens": float(shared)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -395,9 +382,8 @@ def cache_key(recipe: TinyModelRecipe, rendered: list[tuple[list[int], list[int]
     tool-call ids are random)."""
     h = hashlib.sha256()
     fields = dataclasses.asdict(recipe)
-    for name, unset in (("warmup_early_stops", 0), ("warmup_other_actions", 0),  # added later: unset,
-                        ("warmup_lr_schedule", "constant")):                 # they leave the keys of
-        if fields[name] == unset:                                            # earlier models as they were
+    for name in ("warmup_early_stops", "warmup_other_actions"):  # added later: unset, they leave the
+        if not fields[name]:                                       # keys of earlier models as they were
             del fields[name]
     h.update(json.dumps({"version": RECIPE_VERSION, **fields}, sort_keys=True).encode())
     h.update(_hash_files(tokenizer_dir(), TOKENIZER_FILES).encode())
@@ -446,7 +432,6 @@ def ensure_tiny_model(recipe: TinyModelRecipe, cache_dir: str | Path | None = No
         info.warmup_final_loss = stats["final_loss"]
         info.warmup_greedy_exact = stats["greedy_exact"]
         info.extra["shared_prefix_tokens"] = int(stats["shared_prefix_tokens"])
-        info.extra["warmup_last_lr"] = stats["last_lr"]
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{key}."))
     try:
@@ -476,10 +461,6 @@ def main() -> None:
     parser.add_argument("--warmup-steps", type=int, default=TinyModelRecipe.warmup_steps)
     parser.add_argument("--warmup-domain", default=TinyModelRecipe.warmup_domain)
     parser.add_argument("--warmup-lr", type=float, default=TinyModelRecipe.warmup_lr)
-    parser.add_argument("--warmup-lr-schedule", choices=WARMUP_LR_SCHEDULES,
-                        default=TinyModelRecipe.warmup_lr_schedule)
-    parser.add_argument("--early-stops", type=int, default=TinyModelRecipe.warmup_early_stops,
-                        help="warmup_early_stops: the learning run's start uses 3")
     parser.add_argument("--seed", type=int, default=TinyModelRecipe.seed)
     parser.add_argument("--cache-dir", default="")
     args = parser.parse_args()
@@ -488,8 +469,7 @@ def main() -> None:
 
     setup_runtime()
     recipe = TinyModelRecipe(warmup_steps=args.warmup_steps, warmup_domain=args.warmup_domain,
-                             warmup_lr=args.warmup_lr, warmup_lr_schedule=args.warmup_lr_schedule,
-                             warmup_early_stops=args.early_stops, seed=args.seed)
+                             warmup_lr=args.warmup_lr, seed=args.seed)
     path = ensure_tiny_model(recipe, args.cache_dir or None)
     print(json.dumps(dataclasses.asdict(load_info(path)), indent=2))
     print(path)
