@@ -9,6 +9,7 @@ import re
 import socket
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -210,6 +211,29 @@ def test_watchdog_interrupts_once_a_server_has_refused_for_long_enough(monkeypat
                 time.sleep(0.05)
     assert len(calls) == 1 and 0.3 <= calls[0] - start < 5
     assert f"127.0.0.1:{closed_port} has refused connections for" in watchdog.failure
+
+
+def test_watchdog_exits_the_process_when_the_interrupt_does_not_stop_the_run(closed_port):
+    """The main thread ignores SIGINT (as a wait that swallows the interrupt would): the watchdog stops the
+    children and exits with status 1 `exit_after_s` later."""
+    script = textwrap.dedent(f"""
+        import signal, subprocess, sys, time
+        from examples.tau2.compat.areal_recover import ServerWatchdog
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        print("child", child.pid, flush=True)
+        with ServerWatchdog([("127.0.0.1", {closed_port})], dead_after_s=0.2, poll_s=0.05, exit_after_s=1):
+            time.sleep(60)
+        print("not reached", flush=True)
+    """)
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 1 and time.monotonic() - start < 30
+    assert "not reached" not in done.stdout
+    assert "the run did not stop within 1 s of the interrupt; exiting: the inference server at" in done.stderr
+    child = int(done.stdout.split()[1])
+    assert not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE
 
 
 def test_a_dead_inference_server_stops_training_with_a_message(closed_port):

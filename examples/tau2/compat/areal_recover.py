@@ -18,16 +18,20 @@ state is written:
    run stalls while its log grows by megabytes a minute (measured on CPU: TRAINING.md "When things fail").
    `ServerWatchdog` connects to each server every few seconds during `train`; after
    `server_dead_after_s` of refused connections it stops the run with `InferenceServerDied`, naming the
-   server, so the rerun (which resumes) can start a fresh one.
+   server, so the rerun (which resumes) can start a fresh one. If that interrupt does not end the run
+   within a minute (it can land in a wait that swallows it), the watchdog stops the child processes and
+   exits with status 1.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import os
 import shutil
 import signal
 import socket
+import sys
 import threading
 import time
 from pathlib import Path
@@ -103,10 +107,15 @@ def accepts_connections(host: str, port: int, timeout_s: float = 5.0) -> bool:
 
 class ServerWatchdog:
     """While active, connects to each `(host, port)` every `poll_s`; once one has refused for
-    `dead_after_s`, logs it and interrupts the main thread (`failure` says why)."""
+    `dead_after_s`, logs it and interrupts the main thread (`failure` says why). If the run is still inside
+    the watched block `exit_after_s` later (the interrupt can land in a wait that swallows it, e.g. an
+    asyncio task that ignores its cancellation while its episodes keep being retried), it stops every child
+    process and exits the process with status 1: a dead server must end the run, never stall it."""
 
-    def __init__(self, addresses: list[tuple[str, int]], dead_after_s: float, poll_s: float = 5.0):
+    def __init__(self, addresses: list[tuple[str, int]], dead_after_s: float, poll_s: float = 5.0,
+                 exit_after_s: float = 60.0):
         self.addresses, self.dead_after_s, self.poll_s = addresses, dead_after_s, poll_s
+        self.exit_after_s = exit_after_s
         self.failure = ""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True, name="tau2-server-watchdog")
@@ -133,7 +142,23 @@ class ServerWatchdog:
                                     "resume from the last saved step")
                     logger.error("%s", self.failure)
                     interrupt_main_thread()
+                    if not self._stop.wait(self.exit_after_s):
+                        exit_now(f"the run did not stop within {self.exit_after_s:.0f} s of the interrupt; "
+                                 f"exiting: {self.failure}")
                     return
+
+
+def exit_now(message: str) -> None:
+    """Log `message`, stop every child process, exit with status 1 (from any thread)."""
+    from examples.tau2.tau2_utils import stop_descendants
+
+    logger.error("%s", message)
+    stop_descendants()
+    for handler in logging.getLogger().handlers + logger.handlers:
+        handler.flush()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(1)
 
 
 class ResumableTrainerMixin:
