@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import socket
 from collections.abc import Iterator
 from typing import Any
@@ -11,6 +12,11 @@ from typing import Any
 import pytest
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+# A suite started in the background by a non-interactive shell (`nohup ... &`) inherits SIGINT ignored, and
+# so would every process it starts: the tests that interrupt a run (the server watchdog, tau2_eval's
+# resume) need Ctrl-C to act as it does in a terminal.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 from examples.tau2.cpu.scripted_endpoint import EndpointThread  # noqa: E402
 from examples.tau2.tau2_agent import Tau2AgentWorkflow  # noqa: E402

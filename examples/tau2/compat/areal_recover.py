@@ -19,8 +19,8 @@ state is written:
    `ServerWatchdog` connects to each server every few seconds during `train`; after
    `server_dead_after_s` of refused connections it stops the run with `InferenceServerDied`, naming the
    server, so the rerun (which resumes) can start a fresh one. If that interrupt does not end the run
-   within a minute (it can land in a wait that swallows it), the watchdog stops the child processes and
-   exits with status 1.
+   within a minute (SIGINT is ignored in jobs started with `&` by a non-interactive shell), the watchdog
+   stops the child processes and exits with status 1.
 """
 
 from __future__ import annotations
@@ -108,9 +108,9 @@ def accepts_connections(host: str, port: int, timeout_s: float = 5.0) -> bool:
 class ServerWatchdog:
     """While active, connects to each `(host, port)` every `poll_s`; once one has refused for
     `dead_after_s`, logs it and interrupts the main thread (`failure` says why). If the run is still inside
-    the watched block `exit_after_s` later (the interrupt can land in a wait that swallows it, e.g. an
-    asyncio task that ignores its cancellation while its episodes keep being retried), it stops every child
-    process and exits the process with status 1: a dead server must end the run, never stall it."""
+    the watched block `exit_after_s` later (a process started in the background by a non-interactive
+    shell inherits SIGINT ignored, and a wait may swallow the interrupt), it stops every child process and
+    exits the process with status 1: a dead server must end the run, never stall it."""
 
     def __init__(self, addresses: list[tuple[str, int]], dead_after_s: float, poll_s: float = 5.0,
                  exit_after_s: float = 60.0):
