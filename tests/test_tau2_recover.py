@@ -214,8 +214,8 @@ def test_watchdog_interrupts_once_a_server_has_refused_for_long_enough(monkeypat
 
 
 def test_watchdog_exits_the_process_when_the_interrupt_does_not_stop_the_run(closed_port):
-    """The main thread ignores SIGINT (as a wait that swallows the interrupt would): the watchdog stops the
-    children and exits with status 1 `exit_after_s` later."""
+    """The main thread ignores SIGINT (as a job started with `&` by a non-interactive shell does): the
+    watchdog stops the children and exits with status 1 `exit_after_s` later."""
     script = textwrap.dedent(f"""
         import signal, subprocess, sys, time
         from examples.tau2.compat.areal_recover import ServerWatchdog

@@ -352,9 +352,14 @@ def exit_after(main: Callable[[], int]) -> NoReturn:
     except BaseException:  # os._exit skips the interpreter's own report: print the traceback here
         traceback.print_exc()
     finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+        hard_exit(code)
+
+
+def hard_exit(code: int) -> NoReturn:
+    """Flush stdout and stderr, then leave at once: no atexit handlers, no waiting on leftover threads."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def stop_descendants(timeout_s: float = 15.0) -> list[int]:

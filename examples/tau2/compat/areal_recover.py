@@ -27,11 +27,9 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import shutil
 import signal
 import socket
-import sys
 import threading
 import time
 from pathlib import Path
@@ -150,15 +148,11 @@ class ServerWatchdog:
 
 def exit_now(message: str) -> None:
     """Log `message`, stop every child process, exit with status 1 (from any thread)."""
-    from examples.tau2.tau2_utils import stop_descendants
+    from examples.tau2.tau2_utils import hard_exit, stop_descendants
 
     logger.error("%s", message)
     stop_descendants()
-    for handler in logging.getLogger().handlers + logger.handlers:
-        handler.flush()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(1)
+    hard_exit(1)
 
 
 class ResumableTrainerMixin:
