@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 from pathlib import Path
 
@@ -287,6 +288,36 @@ def test_think_tool_stays_inside_the_agent(endpoint):
     assert "think" in {t["function"]["name"] for t in policy.body["tools"]}
 
 
+@pytest.mark.parametrize("misuse,error", [
+    ("extra", "Error: think takes only 'thought'; unexpected 'urgency'"),
+    ("missing", "Error: think needs a 'thought' argument; unexpected 'idea'"),
+    ("notstring", "Error: think's 'thought' must be a string, got int"),
+])
+def test_a_misused_think_call_is_an_invalid_call_answered_with_an_error(endpoint, misuse, error):
+    """The policy's misuse of the think tool is its own output: scored as an invalid tool call (penalty),
+    answered with an error tool message as tau2 answers an unknown tool, and the episode goes on."""
+    wf = make_workflow(endpoint, f"think:{misuse}", enable_think_tool=True, invalid_format_penalty=0.25)
+    r = run_one(wf, endpoint, "airline", "7")
+    assert r.termination is Termination.USER_STOP and r.tau2_reward == 1.0
+    assert r.num_invalid_tool_calls >= 1 and r.reward == 0.75
+    episode = [q for q in endpoint.endpoint.recent if q.model == f"think:{misuse}"]
+    answers = [m["content"] for q in episode for m in q.body["messages"] if m["role"] == "tool"]
+    assert error in answers
+
+
+def test_a_think_call_whose_arguments_are_not_an_object_ends_the_episode(endpoint):
+    r = run_one(make_workflow(endpoint, "think:array", enable_think_tool=True, invalid_format_penalty=0.25),
+                endpoint, "airline", "7")
+    assert r.termination is Termination.INVALID_OUTPUT and "arguments are not an object" in r.note
+    assert r.reward == -0.25
+
+
+def test_think_call_problems_name_what_is_wrong():
+    assert tau2_agent.think_call_problem({"thought": "ok"}) is None
+    assert tau2_agent.think_call_problem({}) == "think needs a 'thought' argument"
+    assert tau2_agent.think_call_problem(["x"]) == "think takes an object of arguments, got list"
+
+
 def test_think_calls_without_the_tool_are_invalid(endpoint):
     r = run_one(make_workflow(endpoint, "think"), endpoint, "airline", "7")
     assert r.num_invalid_tool_calls > 0
@@ -317,10 +348,86 @@ def test_dump_is_written_without_secrets(endpoint, tmp_path, monkeypatch):
     assert not list(tmp_path.rglob("*.tmp"))
 
 
-def test_concurrency_pool_size_is_configurable(endpoint):
-    wf = make_workflow(endpoint, "oracle", max_concurrent_episodes=3)
-    run_one(wf, endpoint, "airline", "7")
-    assert tau2_agent._episode_executor(3)._max_workers == 3
+def test_a_failed_dump_write_is_logged_and_counted_and_keeps_the_episode(endpoint, tmp_path, monkeypatch,
+                                                                       caplog):
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")  # dump_dir below a file: no directory can be made there (even as root)
+    recorded: list[dict[str, float]] = []
+    monkeypatch.setattr(tau2_agent, "_log_stats", recorded.append)
+    wf = make_workflow(endpoint, "oracle", dump_dir=str(blocker / "dumps"))
+
+    async def go() -> float:
+        try:
+            return await wf.run({"domain": "airline", "task_id": "7"}, base_url=endpoint.url, api_key="k")
+        finally:
+            await wf.aclose()
+
+    with caplog.at_level("WARNING", logger="tau2_areal"):
+        assert asyncio.run(go()) == 1.0
+    (metrics,) = recorded
+    assert metrics["dump_failed"] == 1.0 and metrics["tau2_reward"] == 1.0
+    (warning,) = [r.getMessage() for r in caplog.records if r.name == "tau2_areal"]
+    assert "airline/7 dump to" in warning and "failed (episode kept)" in warning
+    ok = run_one(make_workflow(endpoint, "oracle", dump_dir=str(tmp_path / "dumps")), endpoint,
+                 "airline", "7")
+    assert ok.dump_error == "" and Path(ok.dump_path).is_file()
+
+
+def test_concurrency_pool_size_is_configurable(endpoint, monkeypatch):
+    """Six episodes submitted at once with max_concurrent_episodes=3: at most three run at a time, each
+    in one of the episode pool's threads."""
+    running, peak, threads = 0, 0, set()
+    lock = threading.Lock()
+    real = tau2_agent._episode_in_thread
+
+    def counted(*args):
+        nonlocal running, peak
+        with lock:
+            running += 1
+            peak = max(peak, running)
+            threads.add(threading.current_thread().name)
+        try:
+            return real(*args)
+        finally:
+            with lock:
+                running -= 1
+
+    monkeypatch.setattr(tau2_agent, "_episode_in_thread", counted)
+    wf = make_workflow(endpoint, "oracle@50", max_concurrent_episodes=3)
+
+    async def go():
+        try:
+            return await asyncio.gather(*[
+                wf.run_episode({"domain": "airline", "task_id": "7"}, base_url=endpoint.url, api_key="k")
+                for _ in range(6)])
+        finally:
+            await wf.aclose()
+
+    assert [r.reward for r in asyncio.run(go())] == [1.0] * 6
+    assert peak == 3  # six episodes of several 50 ms turns each: the three threads are all busy at once
+    assert len(threads) <= 3 and all(t.startswith("tau2-episode") for t in threads)
+
+
+def test_each_event_loop_gets_its_own_client_and_a_closed_loops_client_is_dropped(endpoint):
+    """AReaL may run the workflow in more than one event loop over a process's life; a client is bound
+    to the loop it was used in, and the next loop (whose `id` may be the old one's) gets a new one."""
+    wf = make_workflow(endpoint)
+
+    async def use() -> tuple[object, object]:
+        client = wf._own_client()
+        assert wf._own_client() is client  # one per loop
+        response = await client.get(endpoint.url.removesuffix("/v1") + "/health")
+        assert response.status_code == 200
+        return client, asyncio.get_running_loop()
+
+    seen: list[object] = []
+    for _ in range(3):
+        client, loop = asyncio.run(use())
+        assert all(client is not old for old in seen)
+        seen.append(client)
+        assert list(wf._clients) == [loop] and loop.is_closed()  # the earlier, closed loops are gone
+    asyncio.run(wf.aclose())
+    assert wf._clients == {}
 
 
 def test_bad_config_and_bad_rows_fail_clearly(endpoint):

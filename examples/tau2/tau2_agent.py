@@ -5,7 +5,8 @@ Only the two LLM calls are replaced: the agent's and the user simulator's `gener
 hand their request to the event loop (`_LoopBridge`), where it goes out through the `http_client`
 AReaL passes (so AReaL's proxy records the policy's tokens) or through the user endpoint's client.
 The event loop never blocks on tau2; threads only wait on those futures. tau2's evaluator scores
-every finished episode; infrastructure failures raise `EpisodeRejected` so AReaL drops the episode.
+every finished episode; infrastructure failures raise `EpisodeRejected`, and AReaL 1.0.4 then drops the
+episode's whole GRPO group (see `tau2_group_baseline`).
 
 Reading order: the workflow (AReaL's entry point), then one episode in three steps (`_build_episode`,
 `_run_episode`, `_score_episode`), then the tau2 classes whose LLM call is replaced.
@@ -81,7 +82,9 @@ class Tau2AgentWorkflow:
     def __init__(self, **kwargs: Any):
         self.config = Tau2EnvConfig.from_kwargs(kwargs)
         setup_runtime(self.config.tau2_log_level)
-        self._clients: dict[int, httpx.AsyncClient] = {}
+        # Keyed by the loop object, not `id(loop)`: an id is reused once a loop is gone, and a client
+        # bound to a dead loop must never be handed to a new one.
+        self._clients: dict[asyncio.AbstractEventLoop, httpx.AsyncClient] = {}
         self._baseline = (GroupBaseline(self.config.group_size)
                           if self.config.reward_baseline == "group_mean" else None)
 
@@ -90,31 +93,41 @@ class Tau2AgentWorkflow:
 
         Inline mode passes `base_url`, `api_key` and `http_client`; subprocess mode passes nothing and
         sets OPENAI_BASE_URL / OPENAI_API_KEY instead. With `reward_baseline: group_mean` the reward
-        is centered on the mean of the episode's group (the concurrent calls with this `data` object).
+        is centered on the mean of the episode's group (the concurrent calls with this `data` object);
+        every way out of this method (a reward, a rejection, any other exception, cancellation)
+        reports the episode to its group exactly once, so that no sibling waits for it.
         """
-        base_url = extra.get("base_url") or os.environ.get("OPENAI_BASE_URL")
-        if not base_url:
-            raise ValueError("Tau2AgentWorkflow.run needs base_url (or OPENAI_BASE_URL in subproc mode)")
+        reported = False
         try:
-            result = await self.run_episode(
-                data,
-                base_url=base_url,
-                api_key=extra.get("api_key") or os.environ.get("OPENAI_API_KEY") or "EMPTY",
-                http_client=extra.get("http_client"),
-            )
-        except EpisodeRejected as e:
-            _log_stats({f"rejected/{e.reason.value}": 1.0})
-            logger.warning("tau2 %s/%s rejected (%s): %s", data.get("domain"), data.get("task_id"),
-                           e.reason.value, e.detail)
-            if self._baseline is not None:  # the group's other episodes must not wait for this one
-                await self._baseline.center(id(data), None)
+            base_url = extra.get("base_url") or os.environ.get("OPENAI_BASE_URL")
+            if not base_url:
+                raise ValueError("Tau2AgentWorkflow.run needs base_url (or OPENAI_BASE_URL in subproc mode)")
+            try:
+                result = await self.run_episode(
+                    data,
+                    base_url=base_url,
+                    api_key=extra.get("api_key") or os.environ.get("OPENAI_API_KEY") or "EMPTY",
+                    http_client=extra.get("http_client"),
+                )
+            except EpisodeRejected as e:
+                _log_stats({f"rejected/{e.reason.value}": 1.0})
+                logger.warning("tau2 %s/%s rejected (%s): %s", data.get("domain"), data.get("task_id"),
+                               e.reason.value, e.detail)
+                raise
+            metrics = result.metrics()
+            if self.config.dump_dir:
+                metrics["dump_failed"] = float(bool(result.dump_error))
+            _log_stats(metrics)
+            if self._baseline is None:
+                return result.reward
+            reported = True
+            centered = await self._baseline.center(data, result.reward)
+            assert centered is not None
+            return centered
+        except BaseException:
+            if self._baseline is not None and not reported:
+                self._baseline.leave(data)  # the group's other episodes must not wait for this one
             raise
-        _log_stats(result.metrics())
-        if self._baseline is None:
-            return result.reward
-        centered = await self._baseline.center(id(data), result.reward)
-        assert centered is not None
-        return centered
 
     async def run_episode(
         self,
@@ -177,24 +190,36 @@ class Tau2AgentWorkflow:
                          traceback.format_exc())
             raise EpisodeRejected(RejectReason.INTERNAL, f"{type(e).__name__}: {e}") from e
         if cfg.dump_dir:
-            result.dump_path = str(write_episode_dump(cfg.dump_dir, result))
+            try:
+                result.dump_path = str(write_episode_dump(cfg.dump_dir, result))
+            except Exception as e:  # a dump is a record of the episode, never a reason to lose it
+                result.dump_error = f"{type(e).__name__}: {e}"
+                logger.warning("tau2 %s/%s dump to %s failed (episode kept): %s", ref.domain, ref.task_id,
+                               cfg.dump_dir, result.dump_error)
         logger.info("tau2 %s/%s reward=%.3f termination=%s turns=%d", ref.domain, ref.task_id,
                     result.reward, result.termination.value, result.num_agent_turns)
         return result
 
     def _own_client(self) -> httpx.AsyncClient:
-        key = id(asyncio.get_running_loop())
-        if key not in self._clients:
-            self._clients[key] = httpx.AsyncClient(
+        """This workflow's client for the running event loop (an httpx client is bound to one loop)."""
+        loop = asyncio.get_running_loop()
+        client = self._clients.get(loop)
+        if client is None:
+            # A closed loop's client can be neither used nor closed any more: let it (and the loop) go.
+            for dead in [lp for lp in self._clients if lp.is_closed()]:
+                del self._clients[dead]
+            client = self._clients[loop] = httpx.AsyncClient(
                 timeout=self.config.request_timeout_s,
                 limits=httpx.Limits(max_connections=4096, max_keepalive_connections=1024),
             )
-        return self._clients[key]
+        return client
 
     async def aclose(self) -> None:
-        """Close the clients this workflow created (never the one AReaL passed in)."""
-        for c in self._clients.values():
-            await c.aclose()
+        """Close the clients this workflow created (never the one AReaL passed in); those of closed
+        loops cannot be closed any more and are only dropped."""
+        for loop, c in list(self._clients.items()):
+            if not loop.is_closed():
+                await c.aclose()
         self._clients.clear()
 
 
@@ -457,6 +482,23 @@ def think(thought: str) -> str:
     return "Your thought has been logged."
 
 
+def think_call_problem(arguments: Any) -> str | None:
+    """Why a think call's arguments are not `{"thought": <string>}`, or None if they are.
+
+    `parse_reply` already ends the episode when a tool call's arguments are not a JSON object; this
+    judges the object, so that no policy output reaches `think` as arguments it cannot take."""
+    if not isinstance(arguments, dict):
+        return f"think takes an object of arguments, got {type(arguments).__name__}"
+    extra = ", ".join(map(repr, sorted(set(arguments) - {"thought"})))
+    if "thought" not in arguments:
+        return "think needs a 'thought' argument" + (f"; unexpected {extra}" if extra else "")
+    if extra:
+        return f"think takes only 'thought'; unexpected {extra}"
+    if not isinstance(arguments["thought"], str):
+        return f"think's 'thought' must be a string, got {type(arguments['thought']).__name__}"
+    return None
+
+
 _THINK_TOOL = as_tool(think)
 _THINK_SCHEMA = _THINK_TOOL.openai_schema
 
@@ -498,17 +540,21 @@ class _PolicyTurn:
                 break
             actions = [c for c in reply.tool_calls if c.name != THINK_TOOL_NAME]
             if actions:  # thoughts next to real actions: keep the actions, drop the thoughts
+                self.stats.invalid_tool_calls += sum(think_call_problem(c.arguments) is not None
+                                                     for c in thoughts)
                 reply.tool_calls = actions
                 break
-            # Only thoughts: answer them inside the agent and ask the policy again.
+            # Only thoughts: answer them inside the agent and ask the policy again. A misused call
+            # gets an error answer, as tau2 answers an unknown tool, and counts as invalid.
             state.messages.append(
                 AssistantMessage(role="assistant", content=reply.content, tool_calls=thoughts, cost=0.0)
             )
             for c in thoughts:
+                problem = think_call_problem(c.arguments)
+                self.stats.invalid_tool_calls += problem is not None
                 state.messages.append(
-                    ToolMessage(id=c.id, role="tool", requestor="assistant",
-                                content=think(**c.arguments) if "thought" in c.arguments else
-                                "Error: think needs a 'thought' argument")
+                    ToolMessage(id=c.id, role="tool", requestor="assistant", error=problem is not None,
+                                content=f"Error: {problem}" if problem else think(c.arguments["thought"]))
                 )
         else:
             raise InvalidOutput(

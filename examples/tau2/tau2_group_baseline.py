@@ -14,19 +14,26 @@ as GRPO intends; AReaL's batch normalisation then only rescales.
 AReaL 1.0.4 runs a group as `n_samples` concurrent calls of the agent's `run(data)` with the same
 `data` object (`GroupedRolloutWorkflow.arun_episode` -> `OpenAIProxyWorkflow._run_agent`, inline
 mode), so the object's identity names the group while it runs. Each episode waits for the others of
-its group before returning; a rejected episode counts as absent (AReaL trains the group's other
-episodes: "Some results None -> continue with valid ones").
+its group before returning. An episode that ends without a reward (rejected, failed, cancelled)
+reports itself absent (`leave`), so that its siblings never wait for it; it is left out of the mean.
+
+What AReaL 1.0.4 then does with the group: it gathers the group's episodes with `asyncio.gather`
+without `return_exceptions` (`areal/infra/remote_inf_engine.py`), so one episode that raises
+(`EpisodeRejected` or any other exception) fails the whole group: the executor counts it rejected,
+and the group's other episodes still run to their end and are discarded. The mean computed here for
+such a group is therefore never trained on; it matters for groups whose episodes all return.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Hashable
 from dataclasses import dataclass, field
 
 
 @dataclass
 class _Group:
+    owner: object
+    """The object that names the group; held so that its `id` cannot be reused while the group is open."""
     rewards: list[float | None] = field(default_factory=list)
     settled: asyncio.Event = field(default_factory=asyncio.Event)
     mean: float = 0.0
@@ -36,37 +43,45 @@ class GroupBaseline:
     """Collects the rewards of each group of `group_size` episodes and centers them on the group mean.
 
     One instance per workflow object; it must live in a single event loop (AReaL's rollout loop).
+    Every episode must report exactly once: `center` with its reward, or `leave` when it has none.
     """
 
     def __init__(self, group_size: int):
         if group_size < 1:
             raise ValueError(f"group_size must be >= 1, got {group_size}")
         self.group_size = group_size
-        self._groups: dict[Hashable, _Group] = {}
+        self._groups: dict[int, _Group] = {}
 
     @property
     def pending(self) -> int:
         """Groups still waiting for some of their episodes."""
         return len(self._groups)
 
-    async def center(self, key: Hashable, reward: float | None) -> float | None:
-        """`reward` minus its group's mean, once every episode of the group has reported.
-
-        `reward=None` reports a rejected episode: it is left out of the mean and gets None back.
-        A group whose episodes were all rejected has mean 0.
-        """
-        group = self._groups.setdefault(key, _Group())
+    def _report(self, owner: object, reward: float | None) -> _Group:
+        group = self._groups.get(id(owner))
+        if group is None:
+            group = self._groups[id(owner)] = _Group(owner)
         group.rewards.append(reward)
         if len(group.rewards) >= self.group_size:
-            del self._groups[key]
+            del self._groups[id(owner)]
             valid = [r for r in group.rewards if r is not None]
             group.mean = sum(valid) / len(valid) if valid else 0.0
             group.settled.set()
-        else:
-            try:
-                await group.settled.wait()
-            except asyncio.CancelledError:
-                # AReaL cancels a whole group together; forget it so that nothing waits on it.
-                self._groups.pop(key, None)
-                raise
+        return group
+
+    def leave(self, owner: object) -> None:
+        """Report an episode of `owner`'s group that ends without a reward (rejected, failed, cancelled):
+        it is left out of the mean, and the group settles without waiting for it. Never blocks."""
+        self._report(owner, None)
+
+    async def center(self, owner: object, reward: float | None) -> float | None:
+        """`reward` minus its group's mean, once every episode of the group has reported.
+
+        `owner` is the object every episode of the group shares (AReaL's `data` row). `reward=None`
+        reports a rejected episode: it is left out of the mean and gets None back. A group whose
+        episodes were all rejected has mean 0. An episode cancelled while it waits has reported its
+        reward already; the group still settles when the others report.
+        """
+        group = self._report(owner, reward)
+        await group.settled.wait()
         return None if reward is None else reward - group.mean

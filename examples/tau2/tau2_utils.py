@@ -64,7 +64,8 @@ class RejectReason(enum.StrEnum):
 
 
 class EpisodeRejected(RuntimeError):
-    """Raised out of `Tau2AgentWorkflow.run` so that AReaL rejects the episode (and its group)."""
+    """Raised out of `Tau2AgentWorkflow.run` so that AReaL rejects the episode. AReaL 1.0.4 then
+    discards the episode's whole GRPO group (its other episodes run to their end, unused)."""
 
     def __init__(self, reason: RejectReason, detail: str):
         super().__init__(f"tau2 episode rejected ({reason.value}): {detail}")
@@ -111,7 +112,9 @@ class Tau2EnvConfig:
     Evaluation only (`tau2_eval --policy-seed`): training rows carry no seed, and a seed shared by a
     GRPO group would make its episodes identical."""
     enable_think_tool: bool = False
-    """Offer the policy a `think(thought)` tool; thoughts stay inside the agent, tau2 never sees them."""
+    """Offer the policy a `think(thought)` tool; thoughts stay inside the agent, tau2 never sees them.
+    A misused call (other arguments, no `thought`, a non-string thought) is answered with an error tool
+    message and counts as an invalid tool call."""
 
     invalid_format_penalty: float = 0.0
     """Subtracted from the reward when the policy emitted any invalid tool call or invalid turn."""
@@ -139,7 +142,8 @@ class Tau2EnvConfig:
     GIL contention triples the CPU per episode and the event-loop lag grows 10-100x."""
 
     dump_dir: str = ""
-    """Directory for per-episode dumps (JSON + readable text). Empty: no dumps."""
+    """Directory for per-episode dumps (JSON + readable text). Empty: no dumps. A write that fails is
+    logged and counted (`tau2/dump_failed`); the episode is kept."""
     tau2_log_level: str = "ERROR"
     """Level for tau2's own (loguru) logs; they are DEBUG and ~800 lines per episode by default."""
 
@@ -237,6 +241,9 @@ class EpisodeResult:
     messages: list[dict[str, Any]] = field(default_factory=list)
     note: str = ""
     dump_path: str = ""
+    dump_error: str = ""
+    """Why writing the episode's dump failed ("" if it did not, or no dump was asked for): logged and
+    counted as `tau2/dump_failed`; the episode is kept."""
     agent_view: dict[str, Any] = field(default_factory=dict)
     """What the policy saw besides `messages` (`tau2_agent.agent_view`): fingerprints of its system
     prompt and tool schemas, the tool names, and which messages it generated. SFT export

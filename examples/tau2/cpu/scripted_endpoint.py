@@ -15,6 +15,9 @@ Policies (the request's `model`, optionally `@<ms>` for added latency, e.g. `ora
   unknowntool   calls a tool that does not exist, then behaves like oracle.
   usertool      calls a user-side tool (telecom) as the agent, then behaves like oracle.
   think         calls `think` once per turn before behaving like oracle.
+  think:<kind>  the same with a misused `think` call, `THINK_MISUSES[kind]`: `extra` (an argument it
+                does not take), `missing` (no `thought`), `notstring` (a number), `array` (arguments
+                not an object).
   error500      HTTP 500 on every request.
   flaky<N>      HTTP 503 on the first N requests of each episode, then oracle.
   hang          never answers (until the client gives up).
@@ -90,6 +93,14 @@ def _completion(model: str, content: str | None = None, tool_calls: list[dict] |
         "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
     }
 
+
+THINK_MISUSES: dict[str, dict[str, Any] | str] = {
+    "extra": {"thought": "Check the policy.", "urgency": "high"},
+    "missing": {"idea": "Check the policy."},
+    "notstring": {"thought": 42},
+    "array": '["Check the policy."]',
+}
+"""Arguments of the `think:<kind>` policies' think calls."""
 
 _VALID = json.dumps(_completion("m", content="Hello")).encode()
 MALFORMED_BODIES: dict[str, tuple[str, bytes]] = {
@@ -341,10 +352,11 @@ class ScriptedEndpoint:
         if model == "usertool" and "toggle_airplane_mode" not in called:
             return _completion(model, tool_calls=[{"name": "toggle_airplane_mode", "arguments": {}}],
                                id_prefix=FAULT_ID)
-        if model == "think" and not (messages[-1].get("role") == "tool" and called
-                                     and called[-1] == "think"):
-            return _completion(model, tool_calls=[{"name": "think",
-                                                   "arguments": {"thought": "Check the policy."}}])
+        misuse = model.partition(":")[2] if model.startswith("think:") else ""
+        if model.startswith("think") and not (messages[-1].get("role") == "tool" and called
+                                              and called[-1] == "think"):
+            arguments = THINK_MISUSES[misuse] if misuse else {"thought": "Check the policy."}
+            return _completion(model, tool_calls=[{"name": "think", "arguments": arguments}])
         task = _task_from_header(request)
         if task is None:
             return _completion(model, content=REFUSAL)
