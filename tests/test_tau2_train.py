@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import psutil
 import pytest
 from areal.utils.dynamic_import import import_from_string
@@ -148,7 +149,9 @@ def test_script_usage_and_refusals(tmp_path):
     assert help_.returncode == 0
     for command in ("local", "slurm", "dry-run", "user-server start|stop|status", "eval"):
         assert f"  {command} " in help_.stdout
-    assert run_script("bogus").returncode == 2
+    bogus = run_script("bogus")
+    assert bogus.returncode == 2 and "tau2_rl.sh: unknown command 'bogus'" in bogus.stderr
+    assert "usage: examples/tau2/tau2_rl.sh COMMAND" in bogus.stderr
     no_image = run_script("slurm", env={"TAU2_IMAGE": ""})
     assert no_image.returncode == 1 and "set TAU2_IMAGE" in no_image.stderr
     outside = run_script("slurm", env={"TAU2_IMAGE": "/storage/x.sif"})
@@ -162,6 +165,22 @@ def test_script_usage_and_refusals(tmp_path):
     assert status.returncode == 1
 
 
+def test_script_config_file_is_refused_by_the_cpu_recipes_and_read_by_eval(tmp_path):
+    own = tmp_path / "own.yaml"
+    own.write_text("gconfig:\n  n_samples: 2\n")  # no econfig section
+    for command in ("smoke", "learn"):
+        refused = run_script(command, env={"TAU2_CONFIG": str(own)})
+        assert refused.returncode == 1, refused.stderr
+        assert (f"{command} runs config.yaml with configs/{command}_cpu.yaml and ignores other config "
+                "files; unset TAU2_CONFIG") in refused.stderr
+    args = ["--policy-base-url", "http://127.0.0.1:9/v1", "--policy-model", "m",
+            "--output-dir", str(tmp_path / "o")]
+    evaluated = run_script("eval", *args, env={"TAU2_CONFIG": str(own)})
+    assert evaluated.returncode != 0 and f"config file {own} has no `econfig` section" in evaluated.stderr
+    both = run_script("eval", *args, "--config", str(own), env={"TAU2_CONFIG": str(own)})
+    assert both.returncode == 1 and "both TAU2_CONFIG and --config are given" in both.stderr
+
+
 @pytest.mark.slow
 def test_script_dry_run_passes_overrides(tmp_path, endpoint):
     # No admin key given: the script passes a fresh one, as local and slurm do.
@@ -172,33 +191,52 @@ def test_script_dry_run_passes_overrides(tmp_path, endpoint):
     assert "admin key set" in result.stdout
 
 
-FAKE_SERVER = '''
-import http.server, subprocess, sys, time
+FAKE_SERVER = """
+import http.server, json, subprocess, sys, time
 args = sys.argv[1:]
 open(args[0], "w").write(" ".join(args[1:]))
 if "--fail" in args:
     sys.exit(3)
 subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])  # a child, as SGLang has
-port = int(args[args.index("--port") + 1])
-class Health(http.server.BaseHTTPRequestHandler):
+config = dict(line.split(": ", 1) for line in open(args[args.index("--config") + 1]).read().splitlines())
+key = json.loads(config["api-key"])  # SGLang reads --config as YAML; the script writes JSON values
+host, port = args[args.index("--host") + 1], int(args[args.index("--port") + 1])
+name = args[args.index("--served-model-name") + 1]
+class Server(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
-        self.send_response(200 if self.path == "/health" else 404)
-        self.end_headers()
+        if self.path == "/health":  # SGLang serves /health without a key
+            self.send_response(200)
+            self.end_headers()
+        elif self.path == "/v1/models":
+            ok = self.headers.get("Authorization") == f"Bearer {key}"
+            body = json.dumps({"data": [{"id": name}]} if ok else {"error": "unauthorized"}).encode()
+            self.send_response(200 if ok else 401)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+        else:
+            self.send_response(404)
+            self.end_headers()
     def log_message(self, *a):
         pass
 time.sleep(1)
-http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
-'''
+http.server.HTTPServer((host, port), Server).serve_forever()
+"""
 
 
 def fake_gpu_python(tmp_path) -> tuple[str, str]:
-    """An interpreter that passes the GPU check and serves /health in place of sglang.launch_server."""
+    """An interpreter that passes the GPU check and serves /health and /v1/models (behind the key SGLang
+    would require) in place of sglang.launch_server."""
     server = tmp_path / "fake_sglang.py"
     server.write_text(FAKE_SERVER)
     argv_file = tmp_path / "sglang_argv.txt"
     wrapper = tmp_path / "python"
     wrapper.write_text(f"""#!/usr/bin/env bash
-if [[ "$1" == "-" ]]; then cat >/dev/null; exit 0; fi
+if [[ "$1" == "-" ]]; then
+  script="$(cat)"
+  [[ "$script" == *sgl_kernel* ]] && exit 0  # the GPU check
+  exec {sys.executable} - <<<"$script"
+fi
 if [[ "$1" == "-m" && "$2" == "sglang.launch_server" ]]; then
   shift 2
   exec {sys.executable} {server} {argv_file} "$@"
@@ -209,22 +247,28 @@ exec {sys.executable} "$@"
     return str(wrapper), str(argv_file)
 
 
+def _models_status(url: str, key: str | None) -> int:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    return httpx.get(f"{url}/models", headers=headers, timeout=10).status_code
+
+
 @pytest.mark.slow
 def test_user_server_start_waits_for_health_and_stop_ends_its_group(tmp_path, closed_port):
     python, argv_file = fake_gpu_python(tmp_path)
     env = {"TAU2_PYTHON": python, "TAU2_RUN_DIR": str(tmp_path / "run"), "TAU2_USER_GPUS": "2,3",
-           "TAU2_USER_PORT": str(closed_port), "TAU2_USER_TIMEOUT": "60"}
+           "TAU2_USER_PORT": str(closed_port), "TAU2_USER_TIMEOUT": "60", "TAU2_USER_HOST": "127.0.0.1"}
     started = run_script("user-server", "start", "--mem-fraction-static", "0.5", env=env)
     try:
         assert started.returncode == 0, started.stderr
         assert "healthy after" in started.stderr
-        assert "econfig.user_base_url=http://" in started.stderr
+        assert f"econfig.user_base_url=http://127.0.0.1:{closed_port}/v1" in started.stderr
         argv = Path(argv_file).read_text().split()
         assert argv[argv.index("--served-model-name") + 1] == "tau2-user"
         assert argv[argv.index("--tp-size") + 1] == "2"  # one rank per GPU in TAU2_USER_GPUS
+        assert argv[argv.index("--host") + 1] == "127.0.0.1"  # TAU2_USER_HOST
         assert argv[-6:] == ["--tool-call-parser", "qwen", "--reasoning-parser", "qwen3",
                              "--mem-fraction-static", "0.5"]
-        pid = int((tmp_path / "run" / "user-server.pid").read_text())
+        pid = int((tmp_path / "run" / "user-server.pid").read_text().split()[0])
         group = [p for p in psutil.process_iter(["pid"]) if _pgid(p.pid) == pid]
         assert len(group) == 2  # the server and its child
         assert run_script("user-server", "status", env=env).returncode == 0
@@ -238,6 +282,74 @@ def test_user_server_start_waits_for_health_and_stop_ends_its_group(tmp_path, cl
     failing = run_script("user-server", "start", "--fail", env=env)
     assert failing.returncode == 1 and "exited during start-up" in failing.stderr
     assert not (tmp_path / "run" / "user-server.pid").exists()
+
+
+@pytest.mark.slow
+def test_user_server_requires_a_private_key_that_reaches_the_workers(tmp_path, closed_port):
+    """No key given: start makes one, keeps it in a file only this user can read, hands it to SGLang
+    through a private config file (never on the command line, nor in any output), binds to this
+    machine's address rather than every interface, and `dry-run` hands it on to the workers."""
+    python, argv_file = fake_gpu_python(tmp_path)
+    run = tmp_path / "run"
+    env = {"TAU2_PYTHON": python, "TAU2_RUN_DIR": str(run), "TAU2_USER_PORT": str(closed_port),
+           "TAU2_USER_TIMEOUT": "60", "TAU2_USER_API_KEY": ""}
+    started = run_script("user-server", "start", env=env)
+    try:
+        assert started.returncode == 0, started.stderr
+        key_file, sglang_config = run / "user-server.key", run / "user-server.sglang.yaml"
+        key = key_file.read_text().strip()
+        assert len(key) >= 32
+        assert key_file.stat().st_mode & 0o777 == 0o600 and sglang_config.stat().st_mode & 0o777 == 0o600
+        argv = Path(argv_file).read_text().split()
+        assert argv[argv.index("--config") + 1] == str(sglang_config) and "--api-key" not in argv
+        host = argv[argv.index("--host") + 1]
+        assert host not in ("0.0.0.0", "::")
+        url = f"http://{host}:{closed_port}/v1"
+        assert f"econfig.user_base_url={url}" in started.stderr
+        for text in (started.stdout, started.stderr, " ".join(argv), (run / "user-server.log").read_text()):
+            assert key not in text
+        assert _models_status(url, None) == 401 and _models_status(url, "wrong") == 401
+        assert _models_status(url, key) == 200
+
+        user = [f"econfig.user_base_url={url}", "econfig.user_model=tau2-user"]
+        overrides = [o for o in clean_overrides(tmp_path, url) if not o.startswith("econfig.user")] + user
+        planned = run_script("dry-run", *overrides, env=env)
+        assert planned.returncode == 0 and "no problems found" in planned.stdout, planned.stdout[-2000:]
+        assert key not in planned.stdout + planned.stderr
+        without = run_script("dry-run", *overrides, env={**env, "TAU2_RUN_DIR": str(tmp_path / "other")})
+        assert without.returncode == 1 and "rejects the key in $TAU2_USER_API_KEY" in without.stdout
+    finally:
+        stopped = run_script("user-server", "stop", env=env)
+    assert stopped.returncode == 0 and "stopped" in stopped.stderr
+    restarted = run_script("user-server", "start", env=env)  # the kept key is used again
+    try:
+        assert restarted.returncode == 0, restarted.stderr
+        assert (run / "user-server.key").read_text().strip() == key
+    finally:
+        run_script("user-server", "stop", env=env)
+
+
+def test_user_server_stop_signals_only_the_process_it_started(tmp_path):
+    """A pid file whose pid now belongs to another process (its start time or command line differ) is
+    stale: stop signals nothing and says so; status reports the server as not running."""
+    run = tmp_path / "run"
+    run.mkdir()
+    bystander = subprocess.Popen(["sleep", "600"], start_new_session=True)
+    try:
+        stat = Path(f"/proc/{bystander.pid}/stat").read_text().rsplit(") ", 1)[1].split()
+        start_time = stat[19]
+        env = {"TAU2_RUN_DIR": str(run)}
+        for record in (f"{bystander.pid}", f"{bystander.pid} 1",  # an old-format file; a reused pid
+                       f"{bystander.pid} {start_time}"):  # the same process, without our SGLang config
+            (run / "user-server.pid").write_text(record + "\n")
+            assert run_script("user-server", "status", env=env).returncode == 1
+            stopped = run_script("user-server", "stop", env=env)
+            assert stopped.returncode == 0 and "nothing signalled" in stopped.stderr, stopped.stderr
+            assert bystander.poll() is None  # still running: never signalled
+            assert not (run / "user-server.pid").exists()
+    finally:
+        bystander.kill()
+        bystander.wait()
 
 
 def _pgid(pid: int) -> int | None:

