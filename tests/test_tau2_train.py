@@ -385,3 +385,37 @@ def test_prepare_creates_directories_and_datasets_the_areal_way(tmp_path, endpoi
     _, _, none = prepare(load(*clean_overrides(tmp_path, endpoint.url), "econfig.valid_split=null",
                               "valid_dataset=null"))
     assert none is None
+
+
+FAILING_START = """
+import subprocess, sys, threading, time
+import areal.api.cli_args
+
+def failing_load_expr_config(*args, **kwargs):
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])  # as AReaL's workers
+    open(PID_FILE, "w").write(str(child.pid))
+    threading.Thread(target=time.sleep, args=(600,), name="left-behind").start()  # not a daemon
+    raise RuntimeError("injected start-up failure")
+
+areal.api.cli_args.load_expr_config = failing_load_expr_config
+PID_FILE = sys.argv.pop()
+sys.argv = sys.argv[1:]  # the entry's own command line: its path, then its arguments
+import runpy
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+@pytest.mark.slow
+def test_a_failed_start_exits_at_once_and_stops_the_processes_it_started(tmp_path, endpoint):
+    """AReaL's start-up fails after starting a worker and leaving a non-daemon thread: the training entry
+    prints the error, stops the worker and exits 1 at once instead of hanging on the thread."""
+    pid_file = tmp_path / "child.pid"
+    script = REPO / "examples" / "tau2" / "tau2_train.py"
+    argv = [str(script), "--config", str(CONFIG), *clean_overrides(tmp_path, endpoint.url), str(pid_file)]
+    # The driver runs the entry as a file, as tau2_rl.sh does; 300 s is far above the ~40 s it takes.
+    out = subprocess.run([sys.executable, "-c", FAILING_START, *argv], capture_output=True, text=True,
+                         timeout=300, check=False, cwd=REPO)
+    assert out.returncode == 1, out.stderr[-3000:]
+    assert "RuntimeError: injected start-up failure" in out.stderr
+    child = int(pid_file.read_text())
+    assert not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE

@@ -20,7 +20,7 @@ from typing import Any
 
 from examples.tau2 import tau2_curriculum
 from examples.tau2.tau2_config import ConfigError, LoadedConfig, Tau2PPOConfig, load_config
-from examples.tau2.tau2_utils import Tau2EnvConfig, setup_runtime
+from examples.tau2.tau2_utils import Tau2EnvConfig, exit_after, setup_runtime, stop_descendants
 
 logger = logging.getLogger("tau2_areal.train")
 
@@ -54,7 +54,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tau2_train: {len(errors)} problem(s); nothing was started", file=sys.stderr)
         return 1
     logger.info("%s", report)
-    run(loaded)
+    try:
+        run(loaded)
+    finally:  # AReaL stops its workers on a normal exit; this covers a run that failed half-way
+        leftover = stop_descendants()
+        if leftover:
+            logger.info("stopped %d leftover process(es): %s", len(leftover), leftover)
     return 0
 
 
@@ -137,4 +142,6 @@ def workflow_kwargs(config: Tau2PPOConfig) -> tuple[dict[str, Any], dict[str, An
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Leave with main's status at once: AReaL can leave non-daemon threads behind (e.g. when its start-up
+    # fails), which would keep this process alive after the run.
+    exit_after(main)
