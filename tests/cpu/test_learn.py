@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from pathlib import Path
 
 import pytest
@@ -54,23 +53,53 @@ def _stats_row(step: int, success: float, entropy: float) -> dict[str, float]:
             f"{learn.smoke.KL_DIRECT}/max": 1e-6}
 
 
-def test_progress_prints_one_line_per_finished_step(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+class _ScriptedPolls:
+    """Stands in for the printer's stop event: each `wait(5)` (one poll) runs the next step of a script
+    and advances a fake clock by the interval; the script ending stops the printer. No real waiting."""
+
+    def __init__(self, steps: list, clock: list[float]):
+        self.steps, self.clock = list(steps), clock
+
+    def wait(self, timeout: float) -> bool:
+        if not self.steps:
+            return True
+        self.clock[0] += timeout
+        self.steps.pop(0)()
+        return False
+
+    def set(self) -> None:
+        self.steps.clear()
+
+
+def test_progress_prints_one_line_per_finished_step(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                    monkeypatch: pytest.MonkeyPatch):
     stats = tmp_path / "stats.jsonl"
-    with learn.ProgressPrinter(stats, total_steps=4, seed=7):
-        with stats.open("a") as f:
-            f.write(json.dumps(_stats_row(0, 0.1, 2.0)) + "\n")
-        time.sleep(6)  # the printer polls every 5 s
-        with stats.open("a") as f:
-            f.write(json.dumps(_stats_row(1, 0.4, 2.0)) + "\n")
-        time.sleep(6)
+    clock = [1000.0]
+    monkeypatch.setattr(learn.time, "monotonic", lambda: clock[0])
+
+    def finish(step: int, success: float):
+        def write() -> None:
+            with stats.open("a") as f:
+                f.write(json.dumps(_stats_row(step, success, 2.0)) + "\n")
+        return write
+
+    printer = learn.ProgressPrinter(stats, total_steps=4, seed=7)
+    # Polls 5 s apart: step 0 ends before the first poll, step 1 before the second, then one idle poll.
+    printer._stop = _ScriptedPolls([finish(0, 0.1), finish(1, 0.4), lambda: None], clock)  # type: ignore[assignment]
+    printer._run()
     lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("[learn")]
     assert len(lines) == 2
     # The first step's time holds the trainer's start-up: the estimate starts from the second.
     assert lines[0] == ("[learn seed 7] step 1/4: success 0.10, reward +0.000, entropy 2.00, "
                         "time left after the next step")
-    assert lines[1].startswith("[learn seed 7] step 2/4: success 0.40, reward +0.300, entropy 2.00, ~")
-    minutes = float(lines[1].split("~")[1].split()[0])
-    assert 0 < minutes < 1  # ~5 s a step (the poll interval) x 2 steps left
+    # One step in 5 s (fake clock), 2 steps left: 10 s = 0.2 min.
+    assert lines[1] == "[learn seed 7] step 2/4: success 0.40, reward +0.300, entropy 2.00, ~0.2 min left"
+
+
+def test_progress_printer_thread_stops_when_the_run_ends(tmp_path: Path):
+    with learn.ProgressPrinter(tmp_path / "stats.jsonl", total_steps=4, seed=7) as printer:
+        assert printer._thread.is_alive()
+    assert not printer._thread.is_alive()  # the exit wakes the 5 s poll at once
 
 
 def _seed_result(tmp_path: Path, seed: int, before: float, after: float) -> learn.SeedResult:
