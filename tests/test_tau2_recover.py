@@ -207,9 +207,9 @@ def test_watchdog_interrupts_once_a_server_has_refused_for_long_enough(monkeypat
         assert calls == [] and watchdog.failure == ""
         start = time.monotonic()
         with ServerWatchdog([up, ("127.0.0.1", closed_port)], dead_after_s=0.3, poll_s=0.05) as watchdog:
-            while not calls and time.monotonic() - start < 10:
+            while not calls and time.monotonic() - start < 60:
                 time.sleep(0.05)
-    assert len(calls) == 1 and 0.3 <= calls[0] - start < 5
+    assert len(calls) == 1 and 0.3 <= calls[0] - start < 30  # after dead_after_s, not at once
     assert f"127.0.0.1:{closed_port} has refused connections for" in watchdog.failure
 
 
@@ -220,16 +220,17 @@ def test_watchdog_exits_the_process_when_the_interrupt_does_not_stop_the_run(clo
         import signal, subprocess, sys, time
         from examples.tau2.compat.areal_recover import ServerWatchdog
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
         print("child", child.pid, flush=True)
         with ServerWatchdog([("127.0.0.1", {closed_port})], dead_after_s=0.2, poll_s=0.05, exit_after_s=1):
-            time.sleep(60)
+            time.sleep(600)
         print("not reached", flush=True)
     """)
-    start = time.monotonic()
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+    # Without the exit the script would sleep 600 s and the run's timeout would fail the test; how long
+    # the fresh interpreter takes to import is not this test's business.
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
                           cwd=Path(__file__).resolve().parents[1])
-    assert done.returncode == 1 and time.monotonic() - start < 30
+    assert done.returncode == 1
     assert "not reached" not in done.stdout
     assert "the run did not stop within 1 s of the interrupt; exiting: the inference server at" in done.stderr
     child = int(done.stdout.split()[1])
@@ -246,7 +247,7 @@ def test_a_dead_inference_server_stops_training_with_a_message(closed_port):
                 FinetuneSpec(total_train_epochs=1, dataset_size=4, train_batch_size=1))
 
         def train(self):
-            time.sleep(30)  # stands in for a rollout that waits on the dead server
+            time.sleep(600)  # stands in for a rollout that waits on the dead server
 
     cls = resumable_trainer_class(Trainer)
     cls.server_dead_after_s = 0.5  # checked every 5 s: stops after 5-10 s
@@ -255,7 +256,7 @@ def test_a_dead_inference_server_stops_training_with_a_message(closed_port):
     start = time.monotonic()
     with pytest.raises(InferenceServerDied, match=f"127.0.0.1:{closed_port} has refused connections"):
         trainer.train()
-    assert time.monotonic() - start < 15
+    assert time.monotonic() - start < 120  # checked every 5 s: long before the rollout's 600 s
 
 
 # ---------------------------------------------------------------------------------------------
@@ -394,8 +395,8 @@ def test_the_reaper_stops_the_workers_of_a_killed_controller(tmp_path):
         controller.kill()
         start = time.monotonic()
         out, _ = reaper.communicate(timeout=60)
-        assert ours.wait(timeout=10) is not None and not child.is_running()
-        assert time.monotonic() - start < 15
+        assert ours.wait(timeout=60) is not None and not child.is_running()
+        assert time.monotonic() - start < 60  # the reaper's polls, not the workers' own lives (120 s)
         assert theirs.poll() is None and "stopped 2 process(es) of e/t" in out, out
     finally:
         for p in procs:
