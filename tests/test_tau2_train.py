@@ -49,6 +49,27 @@ def test_dry_run_default_config(capsys, tmp_path, endpoint):
     assert not (tmp_path / "fileroot").exists()  # a dry run starts and creates nothing
 
 
+def test_dry_run_of_the_seeds_allocation_on_16_gpus(capsys, tmp_path, endpoint):
+    """`allocation_mode=sglang:d4t2+archon:d4p2t1`, the allocation the example is known by, plans with the
+    default config: prefix sharing is off (pp=2), and the plan says why and what it costs."""
+    rc, out = dry_run(capsys, *clean_overrides(tmp_path, endpoint.url),
+                      "allocation_mode=sglang:d4t2+archon:d4p2t1", "cluster.n_gpus_per_node=16")
+    assert rc == 0, out
+    lines = out.splitlines()
+    assert "  GPUs            16 of 16 used" in lines
+    assert "  actor           archon:d4p2t1                      dp4 pp2 = 8 GPUs" in lines
+    sharing = next(line for line in lines if line.startswith("  prefix sharing"))
+    assert "off: actor.backend=archon:d4p2t1 has pp=2" in sharing and "slower ppo_update" in sharing
+    assert "prompts rendered as sglang's server does" in out
+    # asking for tree training explicitly is refused, naming the fix
+    rc, out = dry_run(capsys, *clean_overrides(tmp_path, endpoint.url),
+                      "allocation_mode=sglang:d4t2+archon:d4p2t1", "cluster.n_gpus_per_node=16",
+                      "actor.enable_tree_training=true")
+    assert rc == 1
+    assert "drop actor.enable_tree_training=true to train without prefix sharing" in out
+    assert "(e.g. archon:d8t1)" in out
+
+
 def test_dry_run_two_node_slurm_example(capsys, tmp_path, endpoint):
     image = tmp_path / "tau2.sif"
     image.write_text("")

@@ -66,6 +66,11 @@ ONE_ERROR = [
     (["actor.adv_norm.mean_level=group"], "actor.adv_norm uses group-level statistics"),
     (["econfig.temperature=0.7"], "differs from actor.temperature"),
     (["econfig.policy_seed=true"], "econfig.policy_seed is for evaluation"),
+    (["econfig.top_p=0.9"], "econfig.top_p=0.9: training samples must come from the full distribution"),
+    (["gconfig.top_p=0.95"], "econfig.top_p=0.95: training samples must come from the full distribution"),
+    (["gconfig.top_p=0.95", "econfig.top_p=1.0"], "gconfig.top_p=0.95: training samples must come from"),
+    (["++gconfig.top_k=50"], "gconfig.top_k=50: training samples must come from the full distribution"),
+    (["econfig.serving_engine=trtllm"], "econfig: serving_engine='trtllm' is not one of auto, sglang, vllm"),
     (["actor.kl_ctl=0.05"], "actor.kl_ctl=0.05 needs a ref section"),
     (["actor.optimizer.lr_scheduler_type=cosine", "++total_train_steps=6"],
      "lr_scheduler_type=cosine decays over total_train_epochs x steps per epoch = 50 x 3 = 150 steps"),
@@ -300,8 +305,12 @@ def test_reference_and_critic_engines_count(tmp_path):
 
 
 @pytest.mark.parametrize(("overrides", "fragment"), [
-    (["actor.backend=archon:d1p2"], "tree_training needs pipeline and context parallel sizes of 1"),
-    (["actor.backend=archon:d1c2"], "tree_training needs pipeline and context parallel sizes of 1"),
+    (["actor.backend=archon:d1p2", "actor.enable_tree_training=true"],
+     "tree_training=true needs pipeline and context parallel sizes of 1 in AReaL 1.0.4, got archon:d1p2: "
+     "drop actor.enable_tree_training=true to train without prefix sharing (the plan says what it costs), or "
+     "use pp=1 and cp=1 (e.g. archon:d2t1)"),
+    (["actor.backend=archon:d1c2", "actor.enable_tree_training=true"],
+     "tree_training=true needs pipeline and context parallel sizes of 1"),
     (["actor.mb_spec.max_tokens_per_mb=40000"], "must be a multiple of 128"),
     (["actor.backend=archon:d1t3", "actor.mb_spec.max_tokens_per_mb=33280"], "must be a multiple of 384"),
     (["actor.mb_spec.max_tokens_per_mb=16384"], "is below the longest sequence the rollout allows"),
@@ -312,6 +321,20 @@ def test_tree_training_refusals(clean, overrides, fragment):
     assert len(tree) == 1 and fragment in tree[0], tree
     assert errors_for(clean, *overrides, "actor.enable_tree_training=false") == [
         e for e in errors_for(clean, *overrides) if e not in tree]
+
+
+def test_an_allocation_with_pipeline_parallelism_turns_the_default_prefix_sharing_off(clean):
+    loaded = load(*clean, "actor.backend=archon:d1p2")
+    assert not loaded.config.actor.enable_tree_training
+    assert len(loaded.notes) == 1
+    assert loaded.notes[0].startswith("off: actor.backend=archon:d1p2 has pp=2, cp=1")
+    assert "5.4-7.3x slower ppo_update" in loaded.notes[0]
+    assert not [e for e in validate(loaded.config) if "tree" in e]
+    # the effective argv carries the change, so that the run loads what was checked
+    assert "++actor.enable_tree_training=false" in loaded.argv
+    # without pp or cp the default stays on and nothing is noted
+    plain = load(*clean)
+    assert plain.config.actor.enable_tree_training and plain.notes == ()
 
 
 def test_tree_training_with_a_critic_is_refused(tmp_path, clean):

@@ -30,7 +30,9 @@ from examples.tau2.tau2_utils import DOMAINS, SOLO_DOMAINS, Tau2EnvConfig, first
 T = TypeVar("T")
 
 ALLOCATION_KEY = "allocation_mode"
+SERVING_ENGINES = ("auto", "sglang", "vllm", "areal")
 BACKEND_KEYS = ("rollout.backend", "actor.backend", "ref.backend")
+TREE_TRAINING_KEY = "actor.enable_tree_training"
 
 
 class ConfigError(ValueError):
@@ -54,6 +56,11 @@ class Tau2TrainEnvConfig(Tau2EnvConfig):
     """tau2 split for validation; null: no validation set (then `valid_dataset` must be null too)."""
     drop_uniform_groups: bool = True
     """Drop GRPO groups whose rows all carry the same reward (`tau2_filter.drop_uniform_groups`)."""
+    serving_engine: str = "auto"
+    """Whose prompt the trainer learns from: AReaL's proxy renders each request as this engine's own
+    OpenAI chat server would (`compat/areal_serving.py`). `auto`: the rollout backend (SGLang on
+    clusters, vLLM in the embedded default); `sglang` or `vllm` to deploy on another engine than the
+    rollout's; `areal`: AReaL's own rendering, which no server reproduces."""
 
     def domain_weights(self) -> dict[str, float]:
         """Domain -> weight; a single domain has weight 1."""
@@ -90,6 +97,9 @@ class Tau2TrainEnvConfig(Tau2EnvConfig):
                               f"{', '.join(no_solo)} have none")
         if not self.train_split:
             errors.append("econfig: train_split must be set")
+        if self.serving_engine not in SERVING_ENGINES:
+            errors.append(f"econfig: serving_engine={self.serving_engine!r} is not one of "
+                          f"{', '.join(SERVING_ENGINES)}")
         return errors
 
 
@@ -112,6 +122,8 @@ class LoadedConfig:
     """The combined allocation string given, if any."""
     backends: EngineBackends | None = None
     """What `allocation_mode` was translated into."""
+    notes: tuple[str, ...] = ()
+    """Settings the loader changed on purpose, one sentence each (the plan shows them)."""
 
 
 def _override_key(override: str) -> str:
@@ -197,12 +209,37 @@ def load_config(argv: list[str]) -> LoadedConfig:
         overrides.append(f"++{ALLOCATION_KEY}=''")
         raw = _compose(config_file, overrides)
 
+    notes = []
+    tree_off = _tree_training_off(raw, overrides)
+    if tree_off:
+        notes.append(tree_off)
+        overrides.append(f"++{TREE_TRAINING_KEY}=false")
+        raw = _compose(config_file, overrides)
     try:
         config: Any = OmegaConf.to_object(to_structured_cfg(raw, config_cls=Tau2PPOConfig))
     except (OmegaConfBaseException, ValueError, TypeError) as e:
         raise ConfigError(f"invalid config: {first_line(e)}") from None
     return LoadedConfig(config=config, argv=["--config", str(config_file), *overrides],
-                        config_file=config_file, allocation_mode=mode, backends=backends)
+                        config_file=config_file, allocation_mode=mode, backends=backends, notes=tuple(notes))
+
+
+def _tree_training_off(raw: DictConfig, overrides: list[str]) -> str:
+    """Prefix sharing is the config's default, but AReaL 1.0.4's tree training needs pipeline and context
+    parallel sizes of 1. An allocation with pp or cp > 1 turns the default off (returning why); a tree
+    training the command line asks for explicitly stays on, and validation refuses it."""
+    actor = raw.get("actor") or {}
+    if not actor.get("enable_tree_training") or any(_override_key(o) == TREE_TRAINING_KEY for o in overrides):
+        return ""
+    try:
+        parallel = parse_backend(str(actor.get("backend") or "")).parallel
+    except ValueError:
+        return ""  # validation reports the backend
+    if parallel.pp_size == 1 and parallel.cp_size == 1:
+        return ""
+    return (f"off: actor.backend={actor.get('backend')} has pp={parallel.pp_size}, cp={parallel.cp_size}, "
+            "and AReaL 1.0.4's tree training needs both 1; every PPO update then recomputes the prefixes the "
+            "rows share (5.4-7.3x slower ppo_update on one airline-shaped H100 step: TRAINING.md, "
+            "'Prefix-shared (tree) training'); pp=1 and cp=1 keep it on")
 
 
 def _check_consistent(mode: str, backends: EngineBackends, explicit: dict[str, str]) -> None:

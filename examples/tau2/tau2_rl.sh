@@ -23,6 +23,9 @@ commands:
   user-server start|stop|status   self-hosted SGLang user simulator on TAU2_USER_GPUS (start waits for health)
   eval [ARGS...]                  python -m examples.tau2.tau2_eval ARGS...
   compare aggregate|compare ARGS  python -m examples.tau2.tau2_compare ARGS... (mean ± sd over runs; A vs B with intervals)
+  parity [ARGS...]                train/serve prompt parity on recorded tau2 conversations: AReaL's proxy vs
+                                  SGLang's rendering and a live vLLM server (--vllm-url URL --tokenizer MODEL_DIR);
+                                  `parity --help` lists the options
   help                            this text
 
 OVERRIDES are Hydra key=value pairs over the config (default examples/tau2/config.yaml), e.g.
@@ -332,6 +335,13 @@ cmd_compare() { # aggregate eval dirs (mean ± sd over runs) or compare two (pai
   exec "$py" -m examples.tau2.tau2_compare "$@"
 }
 
+cmd_parity() { # the prompt the trainer learns from vs the serving engine's own (examples/tau2/tau2_parity.py)
+  local py
+  py="$(python_bin)"
+  cd "$repo"
+  exec "$py" -m examples.tau2.tau2_parity "$@"
+}
+
 command="${1:-help}"
 shift || true
 case "$command" in
@@ -343,6 +353,7 @@ case "$command" in
   user-server) cmd_user_server "$@" ;;
   eval) cmd_eval "$@" ;;
   compare) cmd_compare "$@" ;;
+  parity) cmd_parity "$@" ;;
   help | -h | --help) usage ;;
   *)
     echo "tau2_rl.sh: unknown command '$command'" >&2

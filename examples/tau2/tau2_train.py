@@ -80,13 +80,13 @@ def run(loaded: LoadedConfig) -> None:
 
 
 def trainer_class(config: Tau2PPOConfig) -> type:
-    """AReaL's PPOTrainer with kill-safe recover saves (`compat/areal_recover.py`), and with the
+    """AReaL's PPOTrainer whose proxy renders prompts as the serving engine does
+    (`compat/areal_serving.py`), with kill-safe recover saves (`compat/areal_recover.py`), and with the
     curriculum on, its subclass whose training sampler follows it."""
-    from areal import PPOTrainer
-
     from examples.tau2.compat.areal_recover import resumable_trainer_class
+    from examples.tau2.compat.areal_serving import ServingPPOTrainer
 
-    base = resumable_trainer_class(PPOTrainer)
+    base = resumable_trainer_class(ServingPPOTrainer)
     return tau2_curriculum.curriculum_trainer_class(base) if config.curriculum.enabled else base
 
 

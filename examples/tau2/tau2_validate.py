@@ -295,8 +295,10 @@ def check_tree_training(config: Tau2PPOConfig) -> list[str]:
     if config.critic is not None:
         errors.append("actor.enable_tree_training does not work with a critic (AReaL has no tree critic)")
     if parallel is not None and (parallel.pp_size > 1 or parallel.cp_size > 1):
-        errors.append(f"actor.enable_tree_training needs pipeline and context parallel sizes of 1, "
-                      f"got {actor.backend}")
+        errors.append(f"actor.enable_tree_training=true needs pipeline and context parallel sizes of 1 in "
+                      f"AReaL 1.0.4, got {actor.backend}: drop actor.enable_tree_training=true to train "
+                      "without prefix sharing (the plan says what it costs), or use pp=1 and cp=1 (e.g. "
+                      f"archon:d{parallel.dp_size * parallel.pp_size * parallel.cp_size}t{parallel.tp_size})")
     block = math.lcm(tree_block_size(), parallel.tp_size if parallel else 1)
     per_mb = actor.mb_spec.max_tokens_per_mb
     if per_mb is None or per_mb % block:
@@ -309,6 +311,25 @@ def check_tree_training(config: Tau2PPOConfig) -> list[str]:
     if config.cluster.n_gpus_per_node > 0 and name == "archon" and not actor.archon.enable_compile:
         errors.append("actor.enable_tree_training on GPUs needs actor.archon.enable_compile: uncompiled, "
                       "FlexAttention materialises the whole score matrix (63.6 GiB for one 20k-token tree)")
+    return errors
+
+
+def check_sampling(config: Tau2PPOConfig) -> list[str]:
+    """Training sampling the trainer cannot reproduce: it recomputes each sampled token's logprob under the
+    full softmax at actor.temperature, so a truncated sampler (top-p, top-k) would make every importance
+    ratio and the logprob check compare two different distributions. Evaluation may truncate."""
+    errors = []
+    top_ps = {"econfig.top_p": config.econfig.top_p}  # what the workflow's requests carry
+    if config.gconfig.top_p != config.econfig.top_p:
+        top_ps["gconfig.top_p"] = config.gconfig.top_p
+    for name, top_p in top_ps.items():
+        if top_p < 1.0:
+            errors.append(f"{name}={top_p:g}: training samples must come from the full distribution the "
+                          "trainer recomputes (top_p 1); truncate only in evaluation (eval_gconfig.top_p)")
+    default_top_k = type(config.gconfig)().top_k
+    if 0 < config.gconfig.top_k != default_top_k:
+        errors.append(f"gconfig.top_k={config.gconfig.top_k}: training samples must come from the full "
+                      "distribution the trainer recomputes; leave top_k unset in training")
     return errors
 
 
@@ -333,6 +354,7 @@ def check_training(config: Tau2PPOConfig, train_rows: int | None) -> list[str]:
                               "rollout.agent.export_style=individual an episode yields one row per "
                               f"completion, so groups have no fixed size; set actor.{name}.mean_level=batch "
                               "and std_level=batch")
+    errors += check_sampling(config)
     if abs(econfig.temperature - config.actor.temperature) > 1e-9:
         errors.append(f"econfig.temperature={econfig.temperature} differs from actor.temperature="
                       f"{config.actor.temperature}, at which the trainer recomputes the sampled logprobs")
@@ -443,6 +465,8 @@ class Plan:
     curriculum: str = ""
     tracking: str = ""
     recover: str = ""
+    notes: tuple[str, ...] = ()
+    """Settings the loader changed on purpose (`LoadedConfig.notes`)."""
 
 
 def _describe_engine(u: EngineUse) -> str:
@@ -498,9 +522,11 @@ def build_plan(loaded: LoadedConfig) -> Plan:
     user = ("solo mode (no user simulator)" if econfig.solo_mode
             else f"{econfig.user_base_url} model {econfig.user_model}")
     key = "AReaL's public default" if agent.admin_api_key == DEFAULT_ADMIN_API_KEY else "set"
+    rollout_backend = config.rollout.backend.split(":")[0]
+    rendering = (econfig.serving_engine if econfig.serving_engine != "auto" else rollout_backend)
     proxy = (f"mode {agent.mode}, tool parser {agent.tool_call_parser}, reasoning parser "
              f"{agent.reasoning_parser}, export {agent.export_style}, turn_discount {agent.turn_discount}, "
-             f"admin key {key}")
+             f"admin key {key}, prompts rendered as {rendering}'s server does (econfig.serving_engine)")
     group_filter = ("drop groups whose rows all carry one reward" if econfig.drop_uniform_groups
                     else "off (every group trains)")
     return Plan(
@@ -512,6 +538,7 @@ def build_plan(loaded: LoadedConfig) -> Plan:
         epochs=config.total_train_epochs, group_filter=group_filter,
         curriculum=config.curriculum.describe(outcomes_dir(config)), tracking=describe_tracking(config),
         recover=describe_recover(config),
+        notes=loaded.notes,
     )
 
 
@@ -528,6 +555,7 @@ def format_plan(plan: Plan, errors: list[str]) -> str:
     lines.append(row("model", plan.model))
     lines.append(row("user simulator", plan.user_simulator))
     lines.append(row("proxy", plan.proxy))
+    lines += [row("prefix sharing", note) for note in plan.notes]
     if plan.data is None:
         lines.append(row("data", "unavailable (see problems)"))
     else:

@@ -149,6 +149,29 @@ def test_a_good_mean_does_not_hide_bad_tokens(tmp_path, vllm_env):
     assert any("logprob ratio outside" in p for p in result.problems)
 
 
+def test_parity_checks_fail_on_a_differing_prompt_and_on_a_step_without_comparisons(tmp_path, vllm_env):
+    from examples.tau2.cpu.smoke import PARITY_DIFFERING, PARITY_FIRST_FILE, PARITY_REQUESTS
+
+    config = _load(tmp_path)
+    initial = _checkpoint(tmp_path / "initial", 1.0)
+    ok = {f"{KL_DIRECT}/avg": 0.0, f"{KL_DIRECT}/min": 0.0, f"{KL_DIRECT}/max": 0.0}
+    (tmp_path / "parity").mkdir()
+    (tmp_path / "parity" / PARITY_FIRST_FILE).write_text("policy version 1: first difference at token 187")
+    stats = [{"global_step": 0, **ok, PARITY_REQUESTS: 12.0, PARITY_DIFFERING: 0.0},
+             {"global_step": 1, **ok, PARITY_REQUESTS: 11.0, PARITY_DIFFERING: 2.0},
+             {"global_step": 2, **ok, PARITY_REQUESTS: 0.0, PARITY_DIFFERING: 0.0}]
+    result = evaluate_run(config, stats, initial, {"total": 1.0}, {"parity": str(tmp_path / "parity")})
+    assert result.parity_requests == [12, 11, 0] and result.parity_differing == [0, 2, 0]
+    problems = " | ".join(result.problems)
+    assert "no policy prompt was compared with the vLLM server's at step(s) [3]" in problems
+    assert ("the proxy's prompt differs from the vLLM server's in 2 of 23 requests; first: policy version 1: "
+            "first difference at token 187") in problems
+    # with the check off, neither is a problem
+    off = _load(tmp_path, "smoke.check_parity=false")
+    assert not any("parity" in p or "vLLM server's" in p
+                   for p in evaluate_run(off, stats, initial, {"total": 1.0}, {}).problems)
+
+
 def test_plot_and_report_are_written(tmp_path):
     stats = [{"global_step": i, f"{KL_DIRECT}/avg": 0.0, "ppo_actor/task_reward/avg": 0.1 * i,
               "ppo_actor/update/actor_loss/avg": -0.01 * i, "ppo_actor/update/entropy/avg": 2.0}
@@ -187,6 +210,8 @@ def test_ci_sized_smoke_run_trains_with_faithful_logprobs(tmp_path):
                                                        strict=True))
     assert s["weights_changed"] > 0 and s["weight_rel_change"] > 0
     assert all(n > 0 for n in s["rows_trained"])
+    # every step compared the prompts AReaL's proxy rendered with the vLLM server's own: all identical
+    assert all(n > 0 for n in s["parity_requests"]) and not any(s["parity_differing"]), s
     assert s["episode_dumps"] > 0
     assert Path(s["paths"]["plot"]).is_file()
     leftover = [p.info for p in psutil.process_iter(["pid", "cmdline"])
@@ -203,10 +228,12 @@ def test_format_result_names_every_problem():
     from examples.tau2.cpu.smoke import SmokeResult
 
     r = SmokeResult(steps=1, logprob_ratio=[1.0], logprob_ratio_min=[0.99], logprob_ratio_max=[1.01],
-                    rows_trained=[3], tokens_trained=[40], tokens_in_rows=[900], tokens_computed=[300],
+                    parity_requests=[3], parity_differing=[1], rows_trained=[3], tokens_trained=[40],
+                    tokens_in_rows=[900], tokens_computed=[300],
                     trainer="archon, prefix sharing (tree training) on",
                     reward=[0.0], weights_changed=0, weights_total=5,
                     weight_rel_change=0.0, checkpoint="", episode_dumps=0, timings_s={"total": 3.0},
                     paths={"logs": "/x"}, problems=["the trained weights equal the initial weights"])
     text = format_result(r, 0.05)
     assert "FAILED" in text and "PROBLEM: the trained weights equal the initial weights" in text
+    assert text.splitlines()[6].rstrip().endswith("2/3")  # the step's parity column: 2 of 3 identical

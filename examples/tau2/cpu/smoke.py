@@ -25,6 +25,7 @@ import json
 import logging
 import math
 import secrets
+import shutil
 import sys
 import time
 from dataclasses import dataclass, field
@@ -46,6 +47,10 @@ KL_DIRECT = "ppo_actor/update/compute_logp/kl_div_direct"
 """AReaL's per-token (rollout logprob - trainer logprob) over the trained tokens: avg, min and max per
 step. The trainer side is the PPO update's forward pass; with one minibatch and on-policy sampling
 (`smoke_config.check_config` requires both) it runs on the weights that sampled the tokens."""
+PARITY_REQUESTS = "tau2/parity/requests"
+PARITY_DIFFERING = "tau2/parity/differing"
+"""Per step (`tau2_parity.RecordedParity`): prompts compared with the vLLM server's, and those that differ."""
+PARITY_FIRST_FILE = "first_difference.txt"
 SUMMARY_FILE = "smoke_summary.json"
 PLOT_FILE = "smoke_curves.png"
 
@@ -60,6 +65,10 @@ class SmokeResult:
     logprob_ratio_min: list[float]
     """Per step: the smallest per-token ratio exp(trainer logprob - rollout logprob)."""
     logprob_ratio_max: list[float]
+    parity_requests: list[int]
+    """Per step: policy requests whose proxy prompt was compared with the vLLM server's own."""
+    parity_differing: list[int]
+    """Per step: of those, the ones whose token ids differ (must be 0)."""
     rows_trained: list[int]
     """Per step: training rows (one per policy completion, `export_style: individual`)."""
     tokens_trained: list[int]
@@ -191,6 +200,17 @@ def evaluate_run(config: Tau2SmokeConfig, stats: list[dict[str, float]], initial
            if not (abs(m - 1.0) <= tol and 1.0 - tol <= lo and hi <= 1.0 + tol)]
     if bad:
         problems.append(f"logprob ratio outside 1 +- {tol}: {', '.join(bad)}")
+    parity_requests = [int(x) if not math.isnan(x) else 0 for x in _series(stats, PARITY_REQUESTS)]
+    parity_differing = [int(x) if not math.isnan(x) else 0 for x in _series(stats, PARITY_DIFFERING)]
+    if config.smoke.check_parity:
+        unchecked = [i + 1 for i, n in enumerate(parity_requests) if n == 0]
+        if unchecked:
+            problems.append(f"no policy prompt was compared with the vLLM server's at step(s) {unchecked}")
+        if any(parity_differing):
+            first = Path(paths.get("parity", "")) / PARITY_FIRST_FILE
+            problems.append(f"the proxy's prompt differs from the vLLM server's in {sum(parity_differing)} "
+                            f"of {sum(parity_requests)} requests"
+                            + (f"; first: {first.read_text()}" if first.is_file() else ""))
     from examples.tau2.compat.areal_cpu import TREE_TOKEN_RATIO
 
     tree = config.actor.enable_tree_training
@@ -209,6 +229,7 @@ def evaluate_run(config: Tau2SmokeConfig, stats: list[dict[str, float]], initial
         logprob_ratio=ratio,
         logprob_ratio_min=ratio_min,
         logprob_ratio_max=ratio_max,
+        parity_requests=parity_requests, parity_differing=parity_differing,
         rows_trained=[int(x) if not math.isnan(x) else 0 for x in _series(stats, "ppo_actor/n_seqs")],
         tokens_trained=[int(x) if not math.isnan(x) else 0 for x in
                         _series(stats, "ppo_actor/update/n_valid_tokens")],
@@ -224,17 +245,20 @@ def format_result(r: SmokeResult, tol: float) -> str:
     lines = ["", "=" * 78, "tau2 CPU smoke run: " + ("PASSED" if r.ok else "FAILED"), "=" * 78]
     lines.append(f"trainer: {r.trainer}")
     lines.append(f"{'step':>4} {'reward':>8} {'rows':>5} {'tokens':>7} {'row tok':>8} {'computed':>8} "
-                 f"{'logprob ratio':>14} {'per-token min..max':>21} {'max |gap|':>10}")
+                 f"{'logprob ratio':>14} {'per-token min..max':>21} {'max |gap|':>10} {'parity':>9}")
     for i in range(r.steps):
         lo, hi = r.logprob_ratio_min[i], r.logprob_ratio_max[i]
         gap = max(abs(math.log(lo)), abs(math.log(hi))) if lo > 0 and hi > 0 else math.inf
         lines.append(f"{i + 1:>4} {r.reward[i]:>8.3f} {r.rows_trained[i]:>5} {r.tokens_trained[i]:>7} "
                      f"{r.tokens_in_rows[i]:>8} {r.tokens_computed[i]:>8} {r.logprob_ratio[i]:>14.8f} "
-                     f"{lo:>10.6f}..{hi:<10.6f} {gap:>10.1e}")
+                     f"{lo:>10.6f}..{hi:<10.6f} {gap:>10.1e} "
+                     f"{r.parity_requests[i] - r.parity_differing[i]:>4}/{r.parity_requests[i]:<4}")
     lines.append("tokens: generated (the loss's); row tok: in the training rows; computed: run through "
                  "the model (prefix sharing computes each shared prefix once)")
     lines.append(f"logprob ratio = exp(mean(trainer - rollout logprob)); it and every token's ratio must be "
                  f"within 1 +- {tol}; gap = |trainer - rollout logprob|")
+    lines.append("parity: policy prompts whose token ids equal the vLLM server's own rendering of the same "
+                 "request (POST /tokenize) / prompts compared")
     lines.append(f"weights: {r.weights_changed}/{r.weights_total} tensors changed, "
                  f"relative change {r.weight_rel_change:.2e}")
     lines.append(f"episode dumps: {r.episode_dumps}")
@@ -295,6 +319,11 @@ def run(config_file: Path, overrides: list[str], config: Tau2SmokeConfig) -> Smo
                     config.econfig.user_base_url)
         t = time.perf_counter()
         trainer_cls = resumable_trainer_class(CpuPPOTrainer)
+        parity_dir = log_dir / "parity"
+        if config.smoke.check_parity:  # the proxy records every prompt it renders; each step compares them
+            shutil.rmtree(parity_dir, ignore_errors=True)  # a previous run's, already compared
+            trainer_cls = type("ParityChecked" + trainer_cls.__name__, (trainer_cls,),
+                               {"parity_record_dir": str(parity_dir)})
         if config.curriculum.enabled:  # the training sampler follows per-task solve rates
             trainer_cls = tau2_curriculum.curriculum_trainer_class(trainer_cls)
         with trainer_cls(config, train_dataset=tau2_dataset.to_dataset(rows)) as trainer:
@@ -302,10 +331,14 @@ def run(config_file: Path, overrides: list[str], config: Tau2SmokeConfig) -> Smo
             t = time.perf_counter()
             trainer.train(**train_call(config, with_validation=False))
             timings["train"] = time.perf_counter() - t
+            if trainer.parity is not None and trainer.parity.first:
+                (parity_dir / PARITY_FIRST_FILE).write_text(trainer.parity.first)
     timings["total"] = time.perf_counter() - start
     stats = read_stats(stats_path)
     paths = {"logs": str(log_dir), "stats": str(stats_path), "dumps": config.econfig.dump_dir,
              "plot": str(log_dir / PLOT_FILE), "summary": str(log_dir / SUMMARY_FILE)}
+    if config.smoke.check_parity:
+        paths["parity"] = str(parity_dir)
     if stats:
         plot_curves(stats, log_dir / PLOT_FILE, config.smoke.logprob_ratio_tolerance)
     result = evaluate_run(config, stats, model_dir, timings, paths)

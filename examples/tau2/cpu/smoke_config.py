@@ -32,6 +32,9 @@ class SmokeConfig:
     """Where tiny models are cached; empty: ~/.cache/tau2-areal/tiny-qwen3."""
     min_optimizer_steps: int = 2
     logprob_ratio_tolerance: float = 0.05
+    check_parity: bool = True
+    """Record every prompt AReaL's proxy renders and compare it, each step, with the vLLM server's own
+    rendering of the same request (`POST /tokenize`); any difference fails the run."""
     serve_user_simulator: bool = True
     """False: something else serves `econfig.user_base_url` (fault tests stop and restart it)."""
 
