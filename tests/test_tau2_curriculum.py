@@ -284,7 +284,8 @@ def test_trainer_subclass_replaces_only_the_training_sampler(airline_rows, tmp_p
         trainer._create_dataloader(tau2_dataset.to_dataset(airline_rows), config.train_dataset, 0, 2)
     from areal import PPOTrainer
 
-    assert trainer_class(load().config).__name__ == "ResumablePPOTrainer"  # compat/areal_recover.py
+    # compat/areal_recover.py over compat/areal_serving.py
+    assert trainer_class(load().config).__name__ == "ResumableServingPPOTrainer"
     assert curriculum_trainer_class().__mro__[1] is PPOTrainer and issubclass(cls, PPOTrainer)
 
     class Moved:  # an AReaL whose hook changed: refused at start-up, not silently ignored
