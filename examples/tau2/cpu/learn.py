@@ -3,11 +3,13 @@
     python -m examples.tau2.cpu.learn [--seeds 1 2 3] [--trials 8] [--out DIR] [key=value ...]
     (= bash examples/tau2/tau2_rl.sh learn ...)
 
-For each seed, with config.yaml + configs/learn_cpu.yaml (+ the overrides):
-1. builds or loads the tiny policy (the start of RL: `smoke.tiny_model`, cached);
+For each seed, with config.yaml + configs/learn_cpu.yaml (+ the overrides), independently of the other
+seeds:
+1. builds or loads the seed's own tiny policy (the start of RL: `smoke.tiny_model` with the seed as its
+   `seed`, so its initial weights and warm-up are the seed's own; cached);
 2. evaluates it: vLLM's OpenAI server on CPU serves it, `tau2_eval` plays every mock task `--trials`
    times (our workflow, the scripted `user-scenario` user, tau2's evaluator) at the training sampling
-   temperature and reply length;
+   temperature and reply length, on the seed's own episodes (`--seed-base` 1000 x seed);
 3. trains it with the smoke run's code (`cpu.smoke.run`: AReaL's PPOTrainer, archon with prefix sharing,
    the vLLM CPU rollout server, AReaL's proxy), printing progress as steps finish;
 4. evaluates the final checkpoint exactly as in 2, and compares the two (`tau2_compare`: paired
@@ -120,11 +122,16 @@ def serve_policy(model_dir: Path, name: str, log_path: Path, max_model_len: int)
             proc.wait()
 
 
+EVAL_SEED_STRIDE = 1000
+"""Seed s evaluates on trial seeds 1000·s + t: every seed draws its own episodes."""
+
+
 def evaluate_policy(model_dir: Path, name: str, out_dir: Path, config: Tau2SmokeConfig,
-                    trials: int) -> PolicyScore:
+                    trials: int, seed: int) -> PolicyScore:
     """Every task of the training domain, `trials` times, sampled as in training, with seeded policy
-    requests (`--policy-seed`): both evaluations of a seed draw the same random numbers, and evaluating
-    one policy twice gives the same episodes."""
+    requests (`--policy-seed`, trial seeds from `EVAL_SEED_STRIDE` x seed): both evaluations of a seed
+    draw the same random numbers, other seeds other ones, and evaluating one policy twice gives the
+    same episodes."""
     from examples.tau2.cpu.scripted_endpoint import EndpointThread
 
     out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -137,7 +144,8 @@ def evaluate_policy(model_dir: Path, name: str, out_dir: Path, config: Tau2Smoke
                "--temperature", str(config.gconfig.temperature), "--top-p", str(config.gconfig.top_p),
                "--max-completion-tokens", str(config.gconfig.max_new_tokens),
                "--max-steps", str(e.max_steps), "--max-errors", str(e.max_errors), "--policy-seed",
-               "--concurrency", "8", "--output-dir", str(out_dir)]
+               "--seed-base", str(EVAL_SEED_STRIDE * seed), "--concurrency", "8",
+               "--output-dir", str(out_dir)]
         with open(out_dir.with_suffix(".eval.log"), "w") as log:
             subprocess.run(cmd, check=True, stdout=log, stderr=subprocess.STDOUT)
     report = json.loads((out_dir / "results.json").read_text())["report"]["domains"][e.domain]
@@ -185,7 +193,8 @@ def run_seed(seed: int, trials: int, out: Path, overrides: list[str]) -> SeedRes
     from examples.tau2.cpu.tiny_model import TinyModelRecipe, ensure_tiny_model
 
     start = time.perf_counter()
-    argv = ["--config", str(MAIN_CONFIG), LEARN_VARIANT, f"seed={seed}", f"trial_name=seed{seed}", *overrides]
+    argv = ["--config", str(MAIN_CONFIG), LEARN_VARIANT, f"seed={seed}", f"trial_name=seed{seed}",
+            f"++smoke.tiny_model.seed={seed}", *overrides]
     config, config_file, seed_overrides = load_smoke_config(argv)
     errors = check_config(config)
     if errors:
@@ -195,7 +204,7 @@ def run_seed(seed: int, trials: int, out: Path, overrides: list[str]) -> SeedRes
                                    config.smoke.cache_dir or None))
     seed_out = out / f"seed{seed}"
     logger.info("seed %d: evaluating the start policy %s", seed, model_dir)
-    before = evaluate_policy(model_dir, "before", seed_out / "eval-before", config, trials)
+    before = evaluate_policy(model_dir, "before", seed_out / "eval-before", config, trials, seed)
     logger.info("seed %d: start success %.3f; training %d steps", seed, before.success_rate,
                 config.total_train_steps)
     from areal.utils.stats_logger import StatsLogger
@@ -207,7 +216,7 @@ def run_seed(seed: int, trials: int, out: Path, overrides: list[str]) -> SeedRes
     train_s = time.perf_counter() - t
     if not result.checkpoint:
         raise RuntimeError(f"seed {seed}: training saved no checkpoint ({'; '.join(result.problems)})")
-    after = evaluate_policy(Path(result.checkpoint), "after", seed_out / "eval-after", config, trials)
+    after = evaluate_policy(Path(result.checkpoint), "after", seed_out / "eval-after", config, trials, seed)
     subprocess.run([sys.executable, "-m", "examples.tau2.tau2_compare", "compare", after.eval_dir,
                     before.eval_dir, "--output-dir", str(seed_out / "after-vs-before")],
                    check=True, stdout=subprocess.DEVNULL)
