@@ -165,3 +165,25 @@ def test_evaluating_one_policy_twice_replays_the_same_episodes(tmp_path: Path):
     tasks = {task for task, _ in a}
     assert any(a[task, 0][1] != a[task, 1][1] for task in tasks)
     assert json.loads((tmp_path / "a" / "run.json").read_text())["settings"]["episode"]["policy_seed"] is True
+
+
+def test_training_outcomes_count_the_seeds_own_episodes_per_task(tmp_path: Path):
+    import os
+
+    def dump(task: str, reward: float, mtime: float, name: str) -> None:
+        path = tmp_path / "mock" / task / f"{name}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"task_id": task, "tau2_reward": reward}))
+        os.utime(path, (mtime, mtime))
+
+    dump("create_task_1", 1.0, 100, "a")
+    dump("create_task_1", 0.0, 150, "b")
+    dump("impossible_task_1", 0.0, 160, "c")
+    dump("create_task_1", 1.0, 300, "d")  # the next seed's run
+    first = learn.training_outcomes(tmp_path, 90, 200)
+    assert first == {"create_task_1": [1, 2], "impossible_task_1": [0, 1]}
+    results = [_seed_result(tmp_path, 1, 0.1, 0.6), _seed_result(tmp_path, 2, 0.2, 0.3)]
+    results[0].train_tasks = first
+    results[1].train_tasks = learn.training_outcomes(tmp_path, 250, 350)
+    text = learn.table(results, trials=4)
+    assert "| create_task_1 | 1/2 | 1/1 |" in text and "| impossible_task_1 | 0/1 | – |" in text

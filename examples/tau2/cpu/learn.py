@@ -71,6 +71,8 @@ class SeedResult:
     entropy: list[float]
     step_success: list[float]
     smoke_problems: list[str] = field(default_factory=list)
+    train_tasks: dict[str, list[int]] = field(default_factory=dict)
+    """Per task: [τ² successes, episodes] of the training episodes (`training_outcomes`)."""
 
     @property
     def gain(self) -> float:
@@ -210,10 +212,12 @@ def run_seed(seed: int, trials: int, out: Path, overrides: list[str]) -> SeedRes
     from areal.utils.stats_logger import StatsLogger
 
     stats_path = Path(StatsLogger.get_log_path(config.stats_logger)) / STATS_FILE
-    t = time.perf_counter()
+    t, since = time.perf_counter(), time.time()
     with ProgressPrinter(stats_path, config.total_train_steps or 0, seed):
         result = smoke.run(config_file, [*seed_overrides, f"actor.path={model_dir}"], config)
     train_s = time.perf_counter() - t
+    train_tasks = (training_outcomes(Path(config.econfig.dump_dir), since, time.time())
+                   if config.econfig.dump_dir else {})
     if not result.checkpoint:
         raise RuntimeError(f"seed {seed}: training saved no checkpoint ({'; '.join(result.problems)})")
     after = evaluate_policy(Path(result.checkpoint), "after", seed_out / "eval-after", config, trials, seed)
@@ -224,7 +228,34 @@ def run_seed(seed: int, trials: int, out: Path, overrides: list[str]) -> SeedRes
     (seed_out / "stats.jsonl").write_text(stats_path.read_text())
     return SeedResult(seed=seed, before=before, after=after, steps=len(stats), train_s=train_s,
                       total_s=time.perf_counter() - start, entropy=smoke._series(stats, ENTROPY),
-                      step_success=smoke._series(stats, SUCCESS), smoke_problems=result.problems)
+                      step_success=smoke._series(stats, SUCCESS), smoke_problems=result.problems,
+                      train_tasks=train_tasks)
+
+
+def training_outcomes(dump_dir: Path, since: float, until: float) -> dict[str, list[int]]:
+    """Per task: [τ² successes, episodes] of the training episodes dumped between two times (epoch s;
+    the runs of a `--seeds` list share one dump folder, one after the other)."""
+    outcomes: dict[str, list[int]] = {}
+    for path in sorted(dump_dir.glob("*/*/*.json")):
+        if not since <= path.stat().st_mtime <= until:
+            continue
+        episode = json.loads(path.read_text())
+        counts = outcomes.setdefault(episode["task_id"], [0, 0])
+        counts[0] += int(episode["tau2_reward"] >= 1.0)
+        counts[1] += 1
+    return dict(sorted(outcomes.items()))
+
+
+def task_table(results: list[SeedResult]) -> str:
+    """τ² successes / episodes per task in training, one column per seed."""
+    tasks = sorted({t for r in results for t in r.train_tasks})
+    lines = ["| task (training episodes) | " + " | ".join(f"seed {r.seed}" for r in results) + " |",
+             "|---|" + "---|" * len(results)]
+    for task in tasks:
+        cells = [f"{r.train_tasks[task][0]}/{r.train_tasks[task][1]}" if task in r.train_tasks else "–"
+                 for r in results]
+        lines.append(f"| {task} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def plot(out: Path, results: list[SeedResult]) -> Path:
@@ -272,6 +303,8 @@ def table(results: list[SeedResult], trials: int) -> str:
                  "95 %); smoke checks: the smoke run's (logprob ratio of every token, weights changed, ...)")
     for r in results:
         lines += [f"- seed {r.seed}: {p}" for p in r.smoke_problems]
+    if any(r.train_tasks for r in results):
+        lines += ["", "τ² successes / episodes per task during training:", "", task_table(results)]
     return "\n".join(lines)
 
 
