@@ -5,10 +5,11 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from areal.api.cli_args import load_expr_config
+from areal.api.cli_args import GenerationHyperparameters, PPOActorConfig, load_expr_config
 
 from examples.tau2.tau2_agent import Tau2AgentWorkflow
 from examples.tau2.tau2_config import ConfigError, Tau2PPOConfig, Tau2TrainEnvConfig, load_config
+from examples.tau2.tau2_train import workflow_kwargs
 from examples.tau2.tau2_utils import Tau2EnvConfig
 from tests.tau2_train_support import CONFIG, load
 
@@ -18,9 +19,11 @@ def test_default_config_loads():
     assert isinstance(config, Tau2PPOConfig)
     assert (config.rollout.backend, config.actor.backend, config.ref) == ("sglang:d4", "archon:d2", None)
     assert config.econfig.domain_weights() == {"airline": 1.0}
-    # Interpolations tie the per-turn limit and the sampling temperature to AReaL's own knobs.
+    # An interpolation ties the per-turn limit to AReaL's own knob; the group size and the sampling
+    # temperature are derived from gconfig.n_samples and actor.temperature (Tau2PPOConfig.__post_init__).
     assert config.econfig.max_completion_tokens == config.gconfig.max_new_tokens
     assert config.econfig.temperature == config.gconfig.temperature == config.actor.temperature
+    assert config.econfig.group_size == config.gconfig.n_samples
     assert config.rollout.scheduling_spec[0].gpu == config.actor.scheduling_spec[0].gpu == 1
     assert config.rollout.agent.export_style == "individual"
     assert config.actor.adv_norm.mean_level == config.actor.adv_norm.std_level == "batch"
@@ -117,6 +120,33 @@ def test_econfig_holds_every_episode_field_and_builds_the_workflow():
     kwargs = econfig.episode_config().to_kwargs()
     assert set(kwargs) == episode_fields
     assert Tau2AgentWorkflow(**kwargs).config.max_completion_tokens == econfig.max_completion_tokens
+
+
+def test_group_size_and_temperature_are_derived_from_the_settings_they_must_equal(tmp_path):
+    """A GRPO group is gconfig.n_samples episodes, and the trainer recomputes the sampled logprobs at
+    actor.temperature: the episodes take both from there instead of being checked against them."""
+    from omegaconf import OmegaConf
+
+    assert {"group_size", "temperature"}.isdisjoint(OmegaConf.load(CONFIG).econfig)  # no knob to set
+    config = load("gconfig.n_samples=6", "actor.temperature=0.7").config
+    assert (config.econfig.group_size, config.econfig.temperature) == (6, 0.7)
+    assert config.gconfig.temperature == 1.0  # actor.temperature is the truth, not gconfig's
+    train, evaluation = workflow_kwargs(config)
+    assert (train["group_size"], train["temperature"]) == (6, 0.7)
+    assert (evaluation["group_size"], evaluation["temperature"]) == (1, 0.6)  # eval_gconfig's, as before
+    following = load("gconfig.temperature=0.8").config  # actor.temperature: ${gconfig.temperature}
+    assert following.econfig.temperature == following.actor.temperature == 0.8
+    # AReaL's own loader (OmegaConf.to_object) derives them too, and so does a config built in Python.
+    loaded = load("gconfig.n_samples=3", f"cluster.fileroot={tmp_path}",
+                  f"cluster.name_resolve.nfs_record_root={tmp_path / 'nr'}")
+    config, _ = load_expr_config(loaded.argv, Tau2PPOConfig)
+    assert (config.econfig.group_size, config.econfig.temperature) == (3, 1.0)
+    built = Tau2PPOConfig(gconfig=GenerationHyperparameters(n_samples=5),
+                          actor=PPOActorConfig(experiment_name="e", trial_name="t", temperature=0.9))
+    assert (built.econfig.group_size, built.econfig.temperature) == (5, 0.9)
+    # A value set on purpose is kept as given: validation refuses it if it contradicts its source.
+    assert load("++econfig.group_size=4").config.econfig.group_size == 4
+    assert load("++econfig.temperature=0.5").config.econfig.temperature == 0.5
 
 
 def test_econfig_defers_validation_and_reports_every_problem():

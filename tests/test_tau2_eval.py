@@ -420,6 +420,24 @@ def test_training_config_episode_settings_are_used():
     assert used
     assert {k: getattr(plan.env, k) for k in used} == {k: econfig[k] for k in used}
     assert plan.env.agent_model == "p" and plan.env.dump_dir == "/tmp/x/dumps"
+    assert plan.env.temperature == 1.0  # the training temperature (actor.temperature), as training samples
+
+
+@pytest.mark.parametrize("text,temperature", [
+    ("gconfig: {temperature: 0.8}\nactor: {temperature: '${gconfig.temperature}'}\n", 0.8),
+    ("gconfig: {temperature: 0.8}\nactor: {temperature: 0.6}\n", 0.6),  # the trainer's is the truth
+    ("gconfig: {temperature: 0.8}\n", 0.8),
+    ("gconfig: {temperature: 0.8}\nactor: {temperature: 0.6}\neconfig: {temperature: 0.3}\n", 0.3),
+    ("actor: {lr: 1}\n", 1.0),  # no temperature anywhere: Tau2EnvConfig's default
+])
+def test_a_training_configs_temperature_comes_from_where_training_derives_it(tmp_path, text, temperature):
+    """A training config leaves econfig.temperature unset (it follows actor.temperature): evaluation takes
+    the same temperature, unless the econfig section sets one or --temperature does."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(text if "econfig" in text else text + "econfig: {max_steps: 7}\n")
+    user = ("--user-base-url", "http://127.0.0.1:9/v1", "--user-model", "u")
+    assert parse("--config", str(cfg), *user).env.temperature == temperature
+    assert parse("--config", str(cfg), *user, "--temperature", "0.2").env.temperature == 0.2
 
 
 def test_a_training_configs_reward_baseline_never_reaches_evaluation(tmp_path):

@@ -61,10 +61,12 @@ ONE_ERROR = [
     # settings that break or spoil tau2 training
     (["gconfig.n_samples=1"], "econfig.drop_uniform_groups drops every group"),
     (["rollout.agent.mode=subproc"], "rollout.agent.mode must be inline"),
-    (["econfig.group_size=4"], "econfig.group_size=4 must equal gconfig.n_samples=8"),
+    (["++econfig.group_size=4"], "econfig.group_size=4 contradicts gconfig.n_samples=8, "
+     "which it follows when left unset"),
     (["econfig.reward_baseline=best"], "reward_baseline 'best' is not one of none, group_mean"),
     (["actor.adv_norm.mean_level=group"], "actor.adv_norm uses group-level statistics"),
-    (["econfig.temperature=0.7"], "differs from actor.temperature"),
+    (["++econfig.temperature=0.7"], "econfig.temperature=0.7 contradicts actor.temperature=1, "
+     "which it follows when left unset"),
     (["econfig.policy_seed=true"], "econfig.policy_seed is for evaluation"),
     (["econfig.top_p=0.9"], "econfig.top_p=0.9: training samples must come from the full distribution"),
     (["gconfig.top_p=0.95"], "econfig.top_p=0.95: training samples must come from the full distribution"),
@@ -80,6 +82,19 @@ ONE_ERROR = [
     (["valid_dataset=null"], "set both econfig.valid_split and a valid_dataset section"),
     (["train_dataset.batch_size=31"], "train_dataset.batch_size=31 exceeds the 30 training rows"),
 ]
+
+
+def test_derived_episode_settings_pass_and_a_restatement_is_not_a_problem(clean):
+    """econfig.group_size and econfig.temperature follow gconfig.n_samples and actor.temperature, so
+    changing those alone is no problem; setting the derived ones explicitly is one only if they differ."""
+    assert errors_for(clean, "gconfig.n_samples=4", "actor.temperature=0.7") == []
+    assert errors_for(clean, "gconfig.n_samples=4", "++econfig.group_size=4",
+                      "++econfig.temperature=1.0") == []
+    assert errors_for(clean, "++econfig.group_size=4", "++econfig.temperature=0.7") == [
+        "econfig.group_size=4 contradicts gconfig.n_samples=8, which it follows when left unset (with "
+        "reward_baseline group_mean an episode waits for that many episodes of its group); drop the key",
+        "econfig.temperature=0.7 contradicts actor.temperature=1, which it follows when left unset (the "
+        "trainer recomputes the sampled logprobs at actor.temperature); drop the key"]
 
 
 def test_a_decaying_learning_rate_must_fit_the_run(clean):

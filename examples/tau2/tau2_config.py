@@ -39,12 +39,23 @@ class ConfigError(ValueError):
     """The command line or the YAML cannot become a config; the message is one sentence."""
 
 
+DERIVED_EPISODE_FIELDS = {"group_size": "gconfig.n_samples", "temperature": "actor.temperature"}
+"""`econfig` fields that must equal another setting of the run, and the setting: left unset, they take
+its value (`Tau2PPOConfig.__post_init__`); set explicitly to another value, validation refuses them."""
+
+
 @dataclass
 class Tau2TrainEnvConfig(Tau2EnvConfig):
     """`econfig`: which tau2 tasks to train on, plus every episode setting of `Tau2EnvConfig`.
 
     The episode settings travel to the rollout workers as workflow kwargs (`episode_config()`).
     """
+
+    group_size: int | None = None  # type: ignore[assignment]
+    """Unset: `gconfig.n_samples` (filled in by `Tau2PPOConfig`), the size of AReaL's GRPO groups."""
+    temperature: float | None = None  # type: ignore[assignment]
+    """Unset: `actor.temperature` (filled in by `Tau2PPOConfig`), at which the trainer recomputes the
+    sampled tokens' logprobs, so the episodes sample at it."""
 
     domain: str | None = "airline"
     """One tau2 domain (airline, retail, telecom, mock). Null when `mix` is set."""
@@ -70,13 +81,15 @@ class Tau2TrainEnvConfig(Tau2EnvConfig):
 
     def episode_config(self) -> Tau2EnvConfig:
         """The part that the workflow takes (its constructor validates it; `validate` reports the
-        same problems, and the run's others, before anything starts)."""
-        names = [f.name for f in dataclasses.fields(Tau2EnvConfig)]
-        return Tau2EnvConfig(**{name: getattr(self, name) for name in names})
+        same problems, and the run's others, before anything starts). A derived field still unset (this
+        section on its own, outside a `Tau2PPOConfig`) takes `Tau2EnvConfig`'s default."""
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(Tau2EnvConfig)}
+        unset = {name for name in DERIVED_EPISODE_FIELDS if values[name] is None}
+        return Tau2EnvConfig(**{name: value for name, value in values.items() if name not in unset})
 
     def validate(self) -> list[str]:
         """Episode settings (Tau2EnvConfig's checks) and the dataset choice, without touching tau2."""
-        return [f"econfig: {e}" for e in super().validate()] + self.choice_errors()
+        return [f"econfig: {e}" for e in self.episode_config().validate()] + self.choice_errors()
 
     def choice_errors(self) -> list[str]:
         """Problems with the choice of domains and splits that make reading tau2's splits pointless."""
@@ -110,6 +123,17 @@ class Tau2PPOConfig(PPOConfig):
     econfig: Tau2TrainEnvConfig = field(default_factory=Tau2TrainEnvConfig)
     curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
     """Sampling of training tasks by solve rate (`tau2_curriculum.py`); off by default."""
+
+    def __post_init__(self) -> None:
+        """Derive the episode settings that must equal another setting (`DERIVED_EPISODE_FIELDS`).
+        AReaL's `load_expr_config` builds the config through `OmegaConf.to_object`, which calls this too,
+        as AReaL's own `PPOConfig.__post_init__` derives `eval_gconfig` from `gconfig`. A value set
+        explicitly stays as given, for `tau2_validate.check_training` to refuse if it differs."""
+        super().__post_init__()
+        if self.econfig.group_size is None:
+            self.econfig.group_size = self.gconfig.n_samples
+        if self.econfig.temperature is None:
+            self.econfig.temperature = self.actor.temperature
 
 
 @dataclass(frozen=True)

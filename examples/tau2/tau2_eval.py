@@ -161,7 +161,8 @@ def load_econfig(path: Path) -> dict[str, Any]:
 
     Interpolations are resolved against the whole file; mandatory values left open (`???`) are skipped
     so that flags can fill them. Other `econfig` keys (the training data choice, the reward baseline) do
-    not apply here.
+    not apply here. A training config leaves `econfig.temperature` unset (training derives it from
+    `actor.temperature`): the temperature is then `actor.temperature`, else `gconfig.temperature`.
     """
     import yaml
     from omegaconf import OmegaConf
@@ -180,12 +181,29 @@ def load_econfig(path: Path) -> dict[str, Any]:
         keys = [str(k) for k in section if str(k) in fields and not OmegaConf.is_missing(section, k)]
         resolved = OmegaConf.to_container(section, resolve=True)
         econfig = {k: resolved[k] for k in keys}
+        if econfig.get("temperature") is None:
+            econfig.pop("temperature", None)
+            temperature = _training_temperature(cfg)
+            if temperature is not None:
+                econfig["temperature"] = temperature
     except (OmegaConfBaseException, yaml.YAMLError) as e:
         raise ValueError(f"cannot read the `econfig` section of {path}: {first_line(e)}") from None
     ignored = sorted(str(k) for k in section if str(k) not in fields)
     if ignored:
         logger.info("%s: econfig keys that are not episode settings, not used: %s", path, ", ".join(ignored))
     return econfig
+
+
+def _training_temperature(cfg: Any) -> float | None:
+    """The temperature a training config's episodes sample at when its `econfig` sets none (the one
+    `Tau2PPOConfig` derives: `actor.temperature`), else its `gconfig.temperature`; None: neither is set."""
+    from omegaconf import OmegaConf
+
+    for key in ("actor.temperature", "gconfig.temperature"):
+        value = OmegaConf.select(cfg, key, default=None, throw_on_missing=False)
+        if value is not None:
+            return float(value)
+    return None
 
 
 @dataclass

@@ -340,10 +340,10 @@ def check_training(config: Tau2PPOConfig, train_rows: int | None) -> list[str]:
     if econfig.drop_uniform_groups and config.gconfig.n_samples < 2:
         errors.append(f"econfig.drop_uniform_groups drops every group of gconfig.n_samples="
                       f"{config.gconfig.n_samples} episode; use n_samples >= 2 or turn the filter off")
-    if econfig.group_size != config.gconfig.n_samples:
-        errors.append(f"econfig.group_size={econfig.group_size} must equal gconfig.n_samples="
-                      f"{config.gconfig.n_samples}: with reward_baseline group_mean an episode waits for "
-                      "that many episodes of its group (config.yaml sets it to ${gconfig.n_samples})")
+    if econfig.group_size != config.gconfig.n_samples:  # derived unless set explicitly (Tau2PPOConfig)
+        errors.append(f"econfig.group_size={econfig.group_size} contradicts gconfig.n_samples="
+                      f"{config.gconfig.n_samples}, which it follows when left unset (with reward_baseline "
+                      "group_mean an episode waits for that many episodes of its group); drop the key")
     if agent.mode != "inline":
         errors.append(f"rollout.agent.mode must be inline (Tau2AgentWorkflow takes the proxy's base_url, "
                       f"api_key and http_client as arguments), got {agent.mode!r}")
@@ -355,9 +355,10 @@ def check_training(config: Tau2PPOConfig, train_rows: int | None) -> list[str]:
                               f"completion, so groups have no fixed size; set actor.{name}.mean_level=batch "
                               "and std_level=batch")
     errors += check_sampling(config)
-    if abs(econfig.temperature - config.actor.temperature) > 1e-9:
-        errors.append(f"econfig.temperature={econfig.temperature} differs from actor.temperature="
-                      f"{config.actor.temperature}, at which the trainer recomputes the sampled logprobs")
+    if abs(econfig.temperature - config.actor.temperature) > 1e-9:  # derived unless set explicitly
+        errors.append(f"econfig.temperature={econfig.temperature:g} contradicts actor.temperature="
+                      f"{config.actor.temperature:g}, which it follows when left unset (the trainer "
+                      "recomputes the sampled logprobs at actor.temperature); drop the key")
     if config.actor.kl_ctl > 0 and config.ref is None:
         errors.append(f"actor.kl_ctl={config.actor.kl_ctl:g} needs a ref section (e.g. ref: ${{actor}}, the "
                       "start policy): without one AReaL takes the reference logprobs as 0 and the penalty "
