@@ -25,14 +25,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import dataclasses
 import json
 import subprocess
 import sys
 import urllib.parse
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -498,14 +497,6 @@ def run_parity(cases: Sequence[ParityCase], tokenizer_dir: str, engine: ServingE
     return report
 
 
-@contextlib.contextmanager
-def _quiet() -> Iterator[None]:
-    from examples.tau2.tau2_utils import setup_runtime
-
-    setup_runtime("ERROR")
-    yield
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tau2_parity", description=__doc__.split("\n\n")[0])
     parser.add_argument("--engine", choices=[*(e.value for e in ServingEngine), "areal"], default="sglang",
@@ -525,10 +516,12 @@ def main(argv: list[str] | None = None) -> int:
     engine = None if args.engine == "areal" else ServingEngine(args.engine)
     if engine is ServingEngine.VLLM and not args.vllm_url:
         parser.error("--engine vllm is checked against a live vLLM server: give --vllm-url")
-    with _quiet():
-        cases = record_cases(args.domains, args.tasks)
-        report = run_parity(cases, args.tokenizer or default_tokenizer_dir(), engine, args.vllm_url,
-                            args.vllm_python)
+    from examples.tau2.tau2_utils import setup_runtime
+
+    setup_runtime("ERROR")  # tau2's loguru: errors only
+    cases = record_cases(args.domains, args.tasks)
+    report = run_parity(cases, args.tokenizer or default_tokenizer_dir(), engine, args.vllm_url,
+                        args.vllm_python)
     print(report.format())
     if args.output:
         Path(args.output).write_text(json.dumps(dataclasses.asdict(report), indent=2))

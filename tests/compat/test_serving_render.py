@@ -47,6 +47,8 @@ def test_vllm_mirror_dumps_function_definitions_and_coerces_arguments():
     rendered, _ = template_inputs(ServingEngine.VLLM, [*bad, empty], [TOOL])
     assert [m["tool_calls"][0]["function"]["arguments"] for m in rendered[:3]] == [{}, {}, {}]
     assert "tool_calls" not in rendered[3]
+    # vLLM renders the tools even for tool_choice "none" (unless its server excludes them on request)
+    assert template_inputs(ServingEngine.VLLM, MESSAGES, [TOOL], tool_choice="none")[1] == tools[:1]
 
 
 def test_the_sglang_rendering_refuses_another_sglang(monkeypatch):

@@ -122,10 +122,11 @@ def _vllm_function(fn: dict[str, Any]) -> dict[str, Any]:
 
 def _vllm_inputs(messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None,
                  tool_choice: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
+    # online_renderer renders the tools even with tool_choice "none" unless the server was started with
+    # --exclude-tools-when-tool-choice-none (off by default).
+    del tool_choice
     rendered_tools = None
-    if tools is not None and tool_choice != "none":
-        # online_renderer: exclude_tools_when_tool_choice_none is off by default, but AReaL's proxy
-        # never sends "none" with tools (it is the rollout client), so both agree on omitting them.
+    if tools is not None:
         rendered_tools = [{"type": "function", "function": _vllm_function(t["function"])} for t in tools]
     out = []
     for message in messages:
