@@ -13,7 +13,7 @@ import pytest
 
 from examples.tau2 import tau2_agent, tau2_domain
 from examples.tau2.tau2_agent import Tau2AgentWorkflow
-from examples.tau2.tau2_utils import EpisodeRejected, RejectReason, Termination
+from examples.tau2.tau2_utils import EpisodeRejected, EpisodeResult, RejectReason, Termination
 from tests.conftest import make_workflow, run_one
 
 TELECOM_TASK = "[mobile_data_issue]user_abroad_roaming_enabled_off[PERSONA:None]"
@@ -193,6 +193,30 @@ def test_user_simulator_failures_are_rejected(endpoint, user_model):
                                    llm_retries=1), endpoint)
     assert err.reason is RejectReason.USER_ENDPOINT
     assert time.monotonic() - start < 30
+
+
+def test_an_outage_of_the_first_episodes_rejects_them_and_spares_the_later_ones(endpoint):
+    wf = lambda: make_workflow(endpoint, "oracle", user_model="failfirst2:user", llm_retries=1)  # noqa: E731
+    for _ in range(2):
+        assert _rejection(wf(), endpoint).reason is RejectReason.USER_ENDPOINT
+    assert run_one(wf(), endpoint, "airline", "7").reward == 1.0
+
+
+def test_a_faulty_user_simulator_takes_down_about_its_share_of_episodes(endpoint):
+    async def go(model: str) -> list[bool]:
+        wf = make_workflow(endpoint, "oracle", user_model=model, llm_retries=0)
+        try:
+            outcomes = await asyncio.gather(*[
+                wf.run_episode({"domain": "mock", "task_id": "create_task_1"}, base_url=endpoint.url,
+                               api_key="k") for _ in range(200)], return_exceptions=True)
+        finally:
+            await wf.aclose()
+        assert all(isinstance(o, EpisodeRejected | EpisodeResult) for o in outcomes)
+        return [isinstance(o, EpisodeRejected) for o in outcomes]
+
+    down = asyncio.run(go("faulty100:user"))
+    assert 8 <= sum(down) <= 35  # about 10 % (a hash of the arrival index): 20 +- 3 sd of a binomial
+    assert not any(asyncio.run(go("faulty0:user")))
 
 
 def test_user_simulator_refused_is_rejected(endpoint, closed_port):

