@@ -216,6 +216,7 @@ def test_a_faulty_user_simulator_takes_down_about_its_share_of_episodes(endpoint
 
     down = asyncio.run(go("faulty100:user"))
     assert 8 <= sum(down) <= 35  # about 10 % (a hash of the arrival index): 20 +- 3 sd of a binomial
+    assert endpoint.endpoint.outage("faulty100:user") == (200, sum(down))
     assert not any(asyncio.run(go("faulty0:user")))
 
 

@@ -5,8 +5,8 @@ Only the two LLM calls are replaced: the agent's and the user simulator's `gener
 hand their request to the event loop (`_LoopBridge`), where it goes out through the `http_client`
 AReaL passes (so AReaL's proxy records the policy's tokens) or through the user endpoint's client.
 The event loop never blocks on tau2; threads only wait on those futures. tau2's evaluator scores
-every finished episode; infrastructure failures raise `EpisodeRejected`, and AReaL 1.0.4 then drops the
-episode's whole GRPO group (see `tau2_group_baseline`).
+every finished episode; infrastructure failures raise `EpisodeRejected`, which drops that episode
+only: its GRPO group trains on the others (`compat/areal_groups.py`, `tau2_group_baseline`).
 
 Reading order: the workflow (AReaL's entry point), then one episode in three steps (`_build_episode`,
 `_run_episode`, `_score_episode`), then the tau2 classes whose LLM call is replaced.

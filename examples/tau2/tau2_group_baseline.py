@@ -17,11 +17,10 @@ mode), so the object's identity names the group while it runs. Each episode wait
 its group before returning. An episode that ends without a reward (rejected, failed, cancelled)
 reports itself absent (`leave`), so that its siblings never wait for it; it is left out of the mean.
 
-What AReaL 1.0.4 then does with the group: it gathers the group's episodes with `asyncio.gather`
-without `return_exceptions` (`areal/infra/remote_inf_engine.py`), so one episode that raises
-(`EpisodeRejected` or any other exception) fails the whole group: the executor counts it rejected,
-and the group's other episodes still run to their end and are discarded. The mean computed here for
-such a group is therefore never trained on; it matters for groups whose episodes all return.
+What is then trained: the rollout engines build groups from `compat/areal_groups.py`, so a rejected
+episode drops only itself and the group's other episodes are trained with the mean computed here over
+the episodes that finished; the group is dropped when fewer than 2 remain. (AReaL 1.0.4's own group
+gathers its episodes without `return_exceptions`, so there one rejection fails the whole group.)
 """
 
 from __future__ import annotations

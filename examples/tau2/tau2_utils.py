@@ -64,8 +64,8 @@ class RejectReason(enum.StrEnum):
 
 
 class EpisodeRejected(RuntimeError):
-    """Raised out of `Tau2AgentWorkflow.run` so that AReaL rejects the episode. AReaL 1.0.4 then
-    discards the episode's whole GRPO group (its other episodes run to their end, unused)."""
+    """Raised out of `Tau2AgentWorkflow.run` so that the episode is not trained and records no reward.
+    Its GRPO group trains on its other episodes (`compat/areal_groups.py`), or is dropped below 2."""
 
     def __init__(self, reason: RejectReason, detail: str):
         super().__init__(f"tau2 episode rejected ({reason.value}): {detail}")

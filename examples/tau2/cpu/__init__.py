@@ -2,6 +2,8 @@
 
 `smoke` (the runner, `bash examples/tau2/tau2_rl.sh smoke`) and its config `smoke_config`, the tiny
 Qwen3 policy built in code (`tiny_model`), and the scripted OpenAI-compatible endpoint that stands in
-for the user simulator (and, in tests and benchmarks, for the policy): `scripted_endpoint`. The
+for the user simulator (and, in tests and benchmarks, for the policy): `scripted_endpoint`; a scripted
+SGLang server behind AReaL's real rollout controller and proxy, for tests and benchmarks:
+`scripted_sglang`. The
 CPU-capable AReaL engines it runs on live in `compat/areal_cpu.py`. See SMOKE.md.
 """

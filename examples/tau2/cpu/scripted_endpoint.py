@@ -268,20 +268,27 @@ class ScriptedEndpoint:
         self._per_episode: collections.Counter[tuple[str, str]] = collections.Counter()
         self._seeds: dict[str, int] = {}  # episode id -> the seed its user-simulator requests carry
         self._hangs: set[asyncio.Task] = set()  # "hang" handlers, cancelled when the server shuts down
-        self._arrivals: dict[tuple[str, str], int] = {}  # (outage model, episode) -> arrival index
+        self._down: dict[tuple[str, str], bool] = {}  # (outage model, episode) -> down?
         self._arrived: collections.Counter[str] = collections.Counter()  # outage model -> episodes seen
 
     def _episode_down(self, model: str, episode: str, kind: str, n: int) -> bool:
-        """Whether `episode` is in the outage of `model` (`faulty<P>:` / `failfirst<N>:`)."""
+        """Whether `episode` is in the outage of `model` (`faulty<P>:` / `failfirst<N>:`), decided on
+        its first request by its arrival index at that model name."""
         key = (model, episode)
-        if key not in self._arrivals:
-            self._arrivals[key] = self._arrived[model]
+        if key not in self._down:
+            index = self._arrived[model]
             self._arrived[model] += 1
-        index = self._arrivals[key]
-        if kind == "failfirst":
-            return index < n
-        digest = hashlib.blake2b(f"{model}#{index}".encode(), digest_size=8).digest()
-        return int.from_bytes(digest, "big") % 1000 < n
+            if kind == "failfirst":
+                self._down[key] = index < n
+            else:
+                digest = hashlib.blake2b(f"{model}#{index}".encode(), digest_size=8).digest()
+                self._down[key] = int.from_bytes(digest, "big") % 1000 < n
+        return self._down[key]
+
+    def outage(self, model: str) -> tuple[int, int]:
+        """(episodes that reached the outage model `model`, how many of them it took down)."""
+        downs = [down for (m, _), down in self._down.items() if m == model]
+        return len(downs), sum(downs)
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
