@@ -1,6 +1,6 @@
 """What a failing user simulator costs a training step: AReaL 1.0.4's groups vs partial groups.
 
-    .venv/bin/python bench/bench_group_faults.py [--groups 24] [--group-size 8] [--faults 0 20 50]
+    .venv/bin/python bench/bench_group_faults.py [--groups 96] [--group-size 8] [--faults 0 20 50]
 
 AReaL's real rollout path on CPU (`cpu/scripted_sglang.py`: LocalScheduler, an rpc_server rollout
 worker, AReaL's proxy, a scripted SGLang server that takes `--generate-ms` per generation) plays
@@ -115,7 +115,7 @@ def table(cells: list[Cell], groups: int) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    parser.add_argument("--groups", type=int, default=24, help="groups in the batch (one training step)")
+    parser.add_argument("--groups", type=int, default=96, help="groups submitted as one rollout batch")
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--faults", type=int, nargs="+", default=[0, 20, 50],
                         help="per mille of episodes whose user simulator is down")
