@@ -1,7 +1,8 @@
 """Which start can RL improve quickly? A policy-gradient probe on the tiny policy's oracle turns.
 
-The learning run (`tau2_rl.sh learn`, ~12 min a seed) answers the question for real; this probe answers
-it in ~2 min, without servers: REINFORCE on the requests of the oracle's turns of the mock tasks, with
+The learning run (`tau2_rl.sh learn`, examples/tau2/docs/learn/README.md) answers the question for
+real; this probe answers it in ~2 min, without servers: REINFORCE on the requests of the oracle's
+turns of the mock tasks, with
 the learning run's advantage (reward minus the group mean, divided by the batch's standard deviation),
 token-mean loss, gradient clipping at 1 and a fresh optimizer, as AReaL's PPO actor does on its first
 minibatch. The reward of a sampled reply is 1 when it is the oracle's reply token for token (a strict
