@@ -1,0 +1,64 @@
+"""The figures the results pages and the README show are the ones their raw sources hold.
+
+Each measurement that a command writes as JSON (the learning run's `learn.json`, the group-fault
+benchmark's `group_faults.json`) is rendered again here with the command's own table code, and every
+line of that rendering must appear in the pages that show it: a figure edited by hand, or a rerun whose
+JSON was committed without its tables, fails here.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+from examples.tau2.cpu.learn import PolicyScore, SeedResult, table, task_table
+
+ROOT = Path(__file__).resolve().parents[1]
+LEARN = ROOT / "examples" / "tau2" / "docs" / "learn"
+
+
+def learn_results() -> list[SeedResult]:
+    rows = json.loads((LEARN / "learn.json").read_text())
+    return [SeedResult(**{**row, "before": PolicyScore(**row["before"]),
+                          "after": PolicyScore(**row["after"])}) for row in rows]
+
+
+def table_rows(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| seed |")
+            and not line.startswith("| task")]
+
+
+def test_learn_md_is_the_rendering_of_learn_json():
+    results = learn_results()
+    trials = results[0].after.episodes // 9
+    assert (LEARN / "learn.md").read_text().strip() == table(results, trials).strip()
+
+
+def test_the_learning_results_page_shows_learn_json():
+    results = learn_results()
+    page = (LEARN / "README.md").read_text()
+    result_section = page[page.index("## Result"):page.index("### Before the parity fix")]
+    for row in table_rows(table(results, 8)):
+        assert row in result_section, row
+    for row in table_rows(task_table(results)):
+        assert row.strip() in result_section, row
+
+
+def test_the_readme_quotes_the_learning_gains_of_learn_json():
+    gains = [f"{r.gain:+.3f}" for r in learn_results()]
+    readme = (ROOT / "README.md").read_text()
+    assert f"{gains[0]}, {gains[1]} and {gains[2]} in 3 of 3 independent seeds" in readme
+
+
+def test_the_group_fault_table_is_the_rendering_of_group_faults_json(monkeypatch):
+    path = ROOT / "bench" / "bench_group_faults.py"
+    spec = importlib.util.spec_from_file_location("bench_group_faults", path)
+    bench = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, bench)  # its dataclass resolves annotations there
+    spec.loader.exec_module(bench)
+    cells = [bench.Cell(**c) for c in json.loads((ROOT / "bench" / "group_faults.json").read_text())]
+    groups = cells[0].episodes // 8
+    results = (ROOT / "bench" / "RESULTS.md").read_text()
+    assert bench.table(cells, groups) in results
