@@ -95,7 +95,9 @@ class ScriptedSGLang:
 def rollout_config(fileroot: Path, *, turn_discount: float, env: dict[str, str] | None = None,
                    max_concurrent_rollouts: int = 2, max_head_offpolicyness: int = 4) -> Any:
     """AReaL's rollout config for one CPU rollout worker (`env`: its environment) in inline agent mode.
-    `max_head_offpolicyness`: with no weight updates, how many batches of groups may run at version 0."""
+    With no weight updates and `consumer_batch_size` 1, AReaL's staleness limit lets at most
+    `max_head_offpolicyness` + 1 groups be accepted at version 0 over the controller's life: a caller
+    that plays N groups in all sets it to at least N - 1, or `rollout_batch` waits forever."""
     from areal.api.cli_args import AgentConfig, InferenceEngineConfig, SchedulingSpec
 
     return InferenceEngineConfig(
