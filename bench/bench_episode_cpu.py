@@ -33,9 +33,9 @@ from tau2.data_model.message import AssistantMessage, Message, ToolCall, UserMes
 from tau2.data_model.simulation import SimulationRun, TerminationReason
 from tau2.data_model.tasks import Action, Task
 
-from examples.tau2 import tau2_domain
 from examples.tau2.compat import tau2_cache
 from examples.tau2.cpu.scripted_endpoint import EndpointProcess
+from examples.tau2.episode import domain as tau2_domain
 from examples.tau2.tau2_agent import Tau2AgentWorkflow
 from examples.tau2.tau2_utils import EpisodeResult, Termination
 

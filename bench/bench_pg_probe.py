@@ -38,8 +38,8 @@ class Turn:
 
 
 def oracle_turns(tokenizer) -> list[Turn]:
-    from examples.tau2 import tau2_domain
     from examples.tau2.cpu.tiny_model import record_oracle_turns, render_example
+    from examples.tau2.episode import domain as tau2_domain
 
     tasks = tau2_domain.splits("mock")["all"]
     turns, seen = [], set()

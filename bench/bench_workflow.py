@@ -19,8 +19,8 @@ import statistics
 import time
 from dataclasses import dataclass
 
-from examples.tau2 import tau2_domain
 from examples.tau2.cpu.scripted_endpoint import EndpointProcess
+from examples.tau2.episode import domain as tau2_domain
 from examples.tau2.tau2_agent import Tau2AgentWorkflow
 
 

@@ -16,6 +16,6 @@ want="$(files_hash "$lock" "$repo/pyproject.toml")"
 
 venv_from_lock install.sh "$venv" "$lock"
 # Refuse known-malicious or incompatible versions (litellm) before the venv counts as installed.
-"$venv/bin/python" -m examples.tau2.tau2_pins "$lock" || exit 1
+"$venv/bin/python" -m examples.tau2.runtime.pins "$lock" || exit 1
 echo "$want" >"$stamp"
 echo "install.sh: done in $VENV_INSTALL_SECONDS s" >&2

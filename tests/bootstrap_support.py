@@ -11,7 +11,7 @@ from fractions import Fraction
 
 import pytest
 
-from examples.tau2.tau2_metrics import Interval
+from examples.tau2.eval.metrics import Interval
 
 
 def brute_force_means(strata: list[list[Fraction]]) -> list[Fraction]:

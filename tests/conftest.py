@@ -13,7 +13,7 @@ import pytest
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 # A suite started in the background by a non-interactive shell (`nohup ... &`) inherits SIGINT ignored, and
-# so would every process it starts: the tests that interrupt a run (the server watchdog, tau2_eval's
+# so would every process it starts: the tests that interrupt a run (the server watchdog, eval.evaluate's
 # resume) need Ctrl-C to act as it does in a terminal.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from examples.tau2.tau2_pins import check_litellm_version, main, read_lock
+from examples.tau2.runtime.pins import check_litellm_version, main, read_lock
 
 REPO = Path(__file__).resolve().parents[1]
 LOCK = REPO / "requirements" / "cpu.lock"
@@ -43,7 +43,7 @@ MODULES = [
     "sglang.srt.function_call.function_call_parser",
     "sglang.srt.parser.reasoning_parser",
     "examples.tau2.tau2_agent",
-    "examples.tau2.tau2_domain",
+    "examples.tau2.episode.domain",
     "examples.tau2.cpu.scripted_endpoint",
 ]
 

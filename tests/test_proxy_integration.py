@@ -33,8 +33,8 @@ from examples.tau2.cpu.scripted_sglang import (
     rollout_controller,
     scripted_logprobs,
 )
-from examples.tau2.tau2_filter import drop_uniform_groups
 from examples.tau2.tau2_train import GROUP_FILTER, WORKFLOW
+from examples.tau2.training.group_filter import drop_uniform_groups
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from examples.tau2 import tau2_agent, tau2_domain
+from examples.tau2 import tau2_agent
+from examples.tau2.episode import domain as tau2_domain
 from examples.tau2.tau2_agent import Tau2AgentWorkflow
 from examples.tau2.tau2_utils import EpisodeRejected, EpisodeResult, RejectReason, Termination
 from tests.conftest import make_workflow, run_one

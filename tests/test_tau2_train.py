@@ -13,8 +13,8 @@ import pytest
 from areal.utils.dynamic_import import import_from_string
 
 from examples.tau2.tau2_agent import Tau2AgentWorkflow
-from examples.tau2.tau2_filter import drop_uniform_groups
 from examples.tau2.tau2_train import GROUP_FILTER, WORKFLOW, main, prepare, train_call
+from examples.tau2.training.group_filter import drop_uniform_groups
 from tests.tau2_train_support import CONFIG, REPO, clean_overrides, load, write_model
 
 SCRIPT = REPO / "examples" / "tau2" / "tau2_rl.sh"

@@ -6,7 +6,7 @@ hand their request to the event loop (`_LoopBridge`), where it goes out through 
 AReaL passes (so AReaL's proxy records the policy's tokens) or through the user endpoint's client.
 The event loop never blocks on tau2; threads only wait on those futures. tau2's evaluator scores
 every finished episode; infrastructure failures raise `EpisodeRejected`, which drops that episode
-only: its GRPO group trains on the others (`compat/areal_groups.py`, `tau2_group_baseline`).
+only: its GRPO group trains on the others (`compat/areal_groups.py`, `episode.group_baseline`).
 
 Reading order: the workflow (AReaL's entry point), then one episode in three steps (`_build_episode`,
 `_run_episode`, `_score_episode`), then the tau2 classes whose LLM call is replaced.
@@ -46,10 +46,10 @@ from tau2.user.base import UserState
 from tau2.user.user_simulator import DummyUser, UserSimulator
 from tau2.utils.utils import get_now
 
-from examples.tau2 import tau2_domain
-from examples.tau2.tau2_dump import write_episode_dump
-from examples.tau2.tau2_group_baseline import GroupBaseline
-from examples.tau2.tau2_llm import ChatEndpoint, InvalidOutput, parse_reply, to_openai_messages
+from examples.tau2.episode import domain as tau2_domain
+from examples.tau2.episode.dump import write_episode_dump
+from examples.tau2.episode.group_baseline import GroupBaseline
+from examples.tau2.episode.llm import ChatEndpoint, InvalidOutput, parse_reply, to_openai_messages
 from examples.tau2.tau2_utils import (
     EpisodeRejected,
     EpisodeResult,

@@ -21,8 +21,8 @@ commands:
   slurm [OVERRIDES...]            train on SLURM, run from a login node (scheduler.type=slurm); needs TAU2_IMAGE
   dry-run [OVERRIDES...]          resolve and check the whole run, print the plan; starts nothing
   user-server start|stop|status   self-hosted SGLang user simulator on TAU2_USER_GPUS (start waits for health)
-  eval [ARGS...]                  python -m examples.tau2.tau2_eval ARGS...
-  compare aggregate|compare ARGS  python -m examples.tau2.tau2_compare ARGS... (mean ± sd over runs; A vs B with intervals)
+  eval [ARGS...]                  python -m examples.tau2.eval.evaluate ARGS...
+  compare aggregate|compare ARGS  python -m examples.tau2.eval.compare ARGS... (mean ± sd over runs; A vs B with intervals)
   parity [ARGS...]                train/serve prompt parity on recorded tau2 conversations: AReaL's proxy vs
                                   SGLang's rendering and a live vLLM server (--vllm-url URL --tokenizer MODEL_DIR);
                                   `parity --help` lists the options
@@ -325,21 +325,21 @@ cmd_eval() { # TAU2_CONFIG, if set, is the config whose econfig gives the episod
   fi
   py="$(python_bin)"
   cd "$repo"
-  exec "$py" -m examples.tau2.tau2_eval "${config_args[@]}" "$@"
+  exec "$py" -m examples.tau2.eval.evaluate "${config_args[@]}" "$@"
 }
 
 cmd_compare() { # aggregate eval dirs (mean ± sd over runs) or compare two (paired bootstrap intervals)
   local py
   py="$(python_bin)"
   cd "$repo"
-  exec "$py" -m examples.tau2.tau2_compare "$@"
+  exec "$py" -m examples.tau2.eval.compare "$@"
 }
 
-cmd_parity() { # the prompt the trainer learns from vs the serving engine's own (examples/tau2/tau2_parity.py)
+cmd_parity() { # the prompt the trainer learns from vs the serving engine's own (examples/tau2/training/parity.py)
   local py
   py="$(python_bin)"
   cd "$repo"
-  exec "$py" -m examples.tau2.tau2_parity "$@"
+  exec "$py" -m examples.tau2.training.parity "$@"
 }
 
 command="${1:-help}"

@@ -3,7 +3,7 @@
     python examples/tau2/tau2_train.py --config examples/tau2/config.yaml [+configs=VARIANT] \
         [key=value ...] [--dry-run]
 
-This process is AReaL's controller: it validates the whole run first (`tau2_validate`), then lets
+This process is AReaL's controller: it validates the whole run first (`training.validate`), then lets
 `PPOTrainer` start SGLang servers, trainer ranks and AReaL's OpenAI-compatible proxy, through which
 `Tau2AgentWorkflow` plays each episode. `--dry-run` prints the resolved plan and the problems found,
 and starts nothing. `examples/tau2/tau2_rl.sh` wraps the usual invocations.
@@ -18,14 +18,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from examples.tau2 import tau2_curriculum
-from examples.tau2.tau2_config import ConfigError, LoadedConfig, Tau2PPOConfig, load_config
+from examples.tau2.curriculum import sampler as tau2_curriculum
 from examples.tau2.tau2_utils import Tau2EnvConfig, exit_after, setup_runtime, stop_descendants
+from examples.tau2.training.config import ConfigError, LoadedConfig, Tau2PPOConfig, load_config
 
 logger = logging.getLogger("tau2_areal.train")
 
 WORKFLOW = "examples.tau2.tau2_agent.Tau2AgentWorkflow"
-GROUP_FILTER = "examples.tau2.tau2_filter.drop_uniform_groups"
+GROUP_FILTER = "examples.tau2.training.group_filter.drop_uniform_groups"
 DRY_RUN_FLAG = "--dry-run"
 
 
@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tau2_train: {e}", file=sys.stderr)
         return 2
     setup_runtime(loaded.config.econfig.tau2_log_level)  # before tau2 is imported: it logs at import
-    from examples.tau2.tau2_validate import build_plan, format_plan, validate
+    from examples.tau2.training.validate import build_plan, format_plan, validate
 
     errors = validate(loaded.config)
     report = format_plan(build_plan(loaded), errors)
@@ -66,9 +66,9 @@ def main(argv: list[str] | None = None) -> int:
 def run(loaded: LoadedConfig) -> None:
     """Train: PPOTrainer starts the servers, trainer ranks and proxies, and stops them on exit.
 
-    A rerun of a killed run resumes from its saved state (`tau2_recover.prepare_resume`)."""
-    from examples.tau2.tau2_recover import prepare_resume, reaper_running
-    from examples.tau2.tau2_tracking import apply_tracking_env
+    A rerun of a killed run resumes from its saved state (`training.recover.prepare_resume`)."""
+    from examples.tau2.training.recover import prepare_resume, reaper_running
+    from examples.tau2.training.tracking import apply_tracking_env
 
     config, train, valid = prepare(loaded)
     apply_tracking_env(config)
@@ -97,8 +97,8 @@ def prepare(loaded: LoadedConfig):
     """
     from areal.api.cli_args import load_expr_config
 
-    from examples.tau2 import tau2_dataset
-    from examples.tau2.tau2_validate import shared_paths
+    from examples.tau2.training import dataset as tau2_dataset
+    from examples.tau2.training.validate import shared_paths
 
     for name, path in shared_paths(loaded.config).items():
         Path(path).mkdir(parents=True, exist_ok=True)

@@ -109,7 +109,7 @@ class Tau2EnvConfig:
     """Send every policy request a seed derived from the episode's seed (the row's `seed`), its task and
     the request's index, so that a server that honours `seed` (vLLM, SGLang) samples the same replies
     when the same policy is evaluated again, and two policies are compared on common random numbers.
-    Evaluation only (`tau2_eval --policy-seed`): training rows carry no seed, and a seed shared by a
+    Evaluation only (`eval.evaluate --policy-seed`): training rows carry no seed, and a seed shared by a
     GRPO group would make its episodes identical."""
     enable_think_tool: bool = False
     """Offer the policy a `think(thought)` tool; thoughts stay inside the agent, tau2 never sees them.
@@ -123,7 +123,7 @@ class Tau2EnvConfig:
 
     reward_baseline: str = "none"
     """What `run` returns to AReaL: "none", the episode's reward; "group_mean", the reward minus the mean
-    of its GRPO group (`tau2_group_baseline`: within-task comparisons only). Evaluation never centers."""
+    of its GRPO group (`episode.group_baseline`: within-task comparisons only). Evaluation never centers."""
     group_size: int = 1
     """Episodes AReaL runs together as one group; the trainer sets it from `gconfig.n_samples`."""
 
@@ -187,7 +187,7 @@ class Tau2EnvConfig:
         """Build from workflow kwargs and validate; unknown keys and every problem are named.
 
         Construction itself never raises: the training entry builds the config from YAML first and
-        then reports all problems of the run together (`tau2_validate`).
+        then reports all problems of the run together (`training.validate`).
         """
         names = {f.name for f in dataclasses.fields(Tau2EnvConfig)}
         unknown = sorted(set(kwargs) - names)
@@ -247,7 +247,7 @@ class EpisodeResult:
     agent_view: dict[str, Any] = field(default_factory=dict)
     """What the policy saw besides `messages` (`tau2_agent.agent_view`): fingerprints of its system
     prompt and tool schemas, the tool names, and which messages it generated. SFT export
-    (`tau2_sft_data`) rebuilds the prompt and tools from tau2 and checks them against these."""
+    (`sft.data`) rebuilds the prompt and tools from tau2 and checks them against these."""
 
     def metrics(self) -> dict[str, float]:
         """Scalars for AReaL's stats tracker (one value per episode)."""

@@ -22,8 +22,8 @@ from tau2.data_model.simulation import RewardInfo, SimulationRun, TerminationRea
 from tau2.data_model.tasks import Action, Task
 from tau2.utils.utils import get_dict_hash
 
-from examples.tau2 import tau2_domain
 from examples.tau2.compat import UnsupportedVersion, tau2_cache
+from examples.tau2.episode import domain as tau2_domain
 from tests.conftest import make_workflow, run_one
 
 # --------------------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """The CPU learning run's pieces: its config, its evaluation, progress lines, the table and the curves.
 
 The run itself (RL between two evaluations, ~12 min a seed) is a benchmark, not a test: its measured
-results are in examples/tau2/docs/learn/README.md. Its evaluation (vLLM + tau2_eval, seeded) is tested
+results are in examples/tau2/docs/learn/README.md. Its evaluation (vLLM + eval.evaluate, seeded) is tested
 here end to end, because the before/after comparison rests on it.
 """
 

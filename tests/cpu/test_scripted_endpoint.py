@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
-from examples.tau2 import tau2_domain
 from examples.tau2.cpu.scripted_endpoint import oracle_reply, scenario_user_reply
+from examples.tau2.episode import domain as tau2_domain
 from tests.conftest import make_workflow
 
 HISTORY_TASK = "update_task_with_message_history"

@@ -98,7 +98,7 @@ def test_kill_9_of_the_controller_mid_step_and_a_rerun_resumes(tmp_path):
         waited = _wait_for(lambda: any(info.glob("*/*/*/recover_info/step_info.json")), first, first_log,
                            RUN_TIMEOUT_S, "saved state of step 1")
         workers = [p for p in psutil.Process(first.pid).children(recursive=True)
-                   if "tau2_recover" not in " ".join(_cmdline(p))]
+                   if "examples.tau2.training.recover" not in " ".join(_cmdline(p))]
         os.kill(first.pid, signal.SIGKILL)
         first.wait()
         killed_at = time.monotonic()

@@ -43,7 +43,7 @@ from examples.tau2.compat import require
 from examples.tau2.compat.areal_serving import ServingRolloutMixin, ServingvLLMEngine
 
 if TYPE_CHECKING:
-    from examples.tau2.tau2_parity import RecordedParity
+    from examples.tau2.training.parity import RecordedParity
 
 logger = logging.getLogger("tau2_areal.areal_cpu")
 
@@ -179,7 +179,7 @@ class CpuPPOTrainer(ServingRolloutMixin, PPOTrainer):
         if self.parity_record_dir:  # every step, the proxy's prompts against the vLLM server's own
             from areal.utils.hf_utils import load_hf_tokenizer
 
-            from examples.tau2.tau2_parity import RecordedParity
+            from examples.tau2.training.parity import RecordedParity
 
             server = self.rollout.server_infos[0]
             self.parity = RecordedParity(self.parity_record_dir, f"http://{server.host}:{server.port}",

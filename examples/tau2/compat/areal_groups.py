@@ -21,7 +21,7 @@ Here instead:
   (the rollout engines of `compat/areal_serving.py`, created in the rollout workers).
 
 The episodes that remain keep their rewards; with `reward_baseline: group_mean` each is centered on the
-mean of the episodes that finished (`tau2_group_baseline`). Per group, `tau2/group/kept_episodes`,
+mean of the episodes that finished (`episode.group_baseline`). Per group, `tau2/group/kept_episodes`,
 `tau2/group/rejected_episodes` and `tau2/group/dropped` go to AReaL's stats tracker.
 """
 

@@ -7,12 +7,12 @@ state is written:
    the files of `recover_info/` in place. A kill during a save leaves a checkpoint of one step with the
    info of another, or a torn info file, and then `RecoverHandler.load` logs a warning and trains from
    step 1 over the old run. Here the checkpoint and the info go to `<dir>.next`, and
-   `tau2_recover.commit` swaps them in behind a journal; a rerun finishes or undoes an interrupted swap
-   (`tau2_recover.repair`) before AReaL looks.
+   `training.recover.commit` swaps them in behind a journal; a rerun finishes or undoes an interrupted swap
+   (`training.recover.repair`) before AReaL looks.
 2. **Stats first.** `PPOTrainer.train` saves the recover state before it commits the step's stats, so a
    kill between the two loses that step's stats for good. Here the save runs right after the commit
    (still before `rollout.resume()`); a rerun drops the stats lines of steps after the saved one, which
-   run again (`tau2_recover.trim_stats`), so each step is logged exactly once.
+   run again (`training.recover.trim_stats`), so each step is logged exactly once.
 3. **A dead inference server stops the run.** AReaL 1.0.4 does not watch its SGLang/vLLM servers: when
    one dies, every episode is rejected (`policy_endpoint`), the rollout draws new groups forever and the
    run stalls while its log grows by megabytes a minute (measured on CPU: TRAINING.md "When things fail").
@@ -40,7 +40,7 @@ from areal.utils.recover import RecoverHandler
 from areal.utils.saver import Saver
 
 from examples.tau2.compat import require
-from examples.tau2.tau2_recover import RecoverPaths, commit, recover_paths, staged
+from examples.tau2.training.recover import RecoverPaths, commit, recover_paths, staged
 
 logger = logging.getLogger("tau2_areal.recover")
 

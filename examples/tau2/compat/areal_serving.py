@@ -15,7 +15,7 @@ or vLLM's own chat server builds for the same request (`serving_render`). Three 
    the rollout workers' environment, which the proxies they fork inherit.
 
 With `PARITY_RECORD_ENV` set, every rendered request is appended to `<dir>/requests-<pid>.jsonl` with
-the policy version that served it, so a check can compare it with the live server (`tau2_parity`).
+the policy version that served it, so a check can compare it with the live server (`training.parity`).
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from examples.tau2.tau2_curriculum import BucketWeights, CurriculumConfig, Draw, curriculum_dataloader
+from examples.tau2.curriculum.sampler import BucketWeights, CurriculumConfig, Draw, curriculum_dataloader
 
 SKILLS = ("easy", "medium", "hard")
 
@@ -77,8 +77,8 @@ async def drive(run: RunConfig, endpoint_url: str, outcomes: Path) -> list[StepR
     """Play `run.steps` steps; returns what each drew and played."""
     from areal.utils.data import cycle_dataloader
 
-    from examples.tau2 import tau2_dataset
-    from examples.tau2.tau2_curriculum_agent import CurriculumAgentWorkflow
+    from examples.tau2.curriculum.workflow import CurriculumAgentWorkflow
+    from examples.tau2.training import dataset as tau2_dataset
 
     rows = tau2_dataset.split_rows(run.domain, run.split)
     skills = task_skills([r["task_id"] for r in rows])

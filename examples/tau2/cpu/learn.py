@@ -7,12 +7,12 @@ For each seed, with config.yaml + configs/learn_cpu.yaml (+ the overrides), inde
 seeds:
 1. builds or loads the seed's own tiny policy (the start of RL: `smoke.tiny_model` with the seed as its
    `seed`, so its initial weights and warm-up are the seed's own; cached);
-2. evaluates it: vLLM's OpenAI server on CPU serves it, `tau2_eval` plays every mock task `--trials`
+2. evaluates it: vLLM's OpenAI server on CPU serves it, `eval.evaluate` plays every mock task `--trials`
    times (our workflow, the scripted `user-scenario` user, tau2's evaluator) at the training sampling
    temperature and reply length, on the seed's own episodes (`--seed-base` 1000 x seed);
 3. trains it with the smoke run's code (`cpu.smoke.run`: AReaL's PPOTrainer, archon with prefix sharing,
    the vLLM CPU rollout server, AReaL's proxy), printing progress as steps finish;
-4. evaluates the final checkpoint exactly as in 2, and compares the two (`tau2_compare`: paired
+4. evaluates the final checkpoint exactly as in 2, and compares the two (`eval.compare`: paired
    bootstrap interval of the difference).
 Writes `learn.md` / `learn.json` (the table of all seeds) and `learn_curves.png` (per step: reward,
 τ² success rate, entropy, logprob ratio) into `--out`.
@@ -56,7 +56,7 @@ class PolicyScore:
     eval_dir: str
     success_rate: float
     interval: tuple[float, float]
-    """Percentile bootstrap over tasks (tau2_eval's pass^1 interval)."""
+    """Percentile bootstrap over tasks (eval.evaluate's pass^1 interval)."""
     episodes: int
 
 
@@ -140,7 +140,7 @@ def evaluate_policy(model_dir: Path, name: str, out_dir: Path, config: Tau2Smoke
     e = config.econfig
     with EndpointThread() as user, serve_policy(model_dir, name, out_dir.with_suffix(".vllm.log"),
                                                 config.vllm.max_model_len) as url:
-        cmd = [sys.executable, "-m", "examples.tau2.tau2_eval", "--policy-base-url", url,
+        cmd = [sys.executable, "-m", "examples.tau2.eval.evaluate", "--policy-base-url", url,
                "--policy-model", name, "--user-base-url", user.url, "--user-model", e.user_model,
                "--domains", e.domain, "--split", e.train_split, "--trials", str(trials),
                "--temperature", str(config.gconfig.temperature), "--top-p", str(config.gconfig.top_p),
@@ -221,7 +221,7 @@ def run_seed(seed: int, trials: int, out: Path, overrides: list[str]) -> SeedRes
     if not result.checkpoint:
         raise RuntimeError(f"seed {seed}: training saved no checkpoint ({'; '.join(result.problems)})")
     after = evaluate_policy(Path(result.checkpoint), "after", seed_out / "eval-after", config, trials, seed)
-    subprocess.run([sys.executable, "-m", "examples.tau2.tau2_compare", "compare", after.eval_dir,
+    subprocess.run([sys.executable, "-m", "examples.tau2.eval.compare", "compare", after.eval_dir,
                     before.eval_dir, "--output-dir", str(seed_out / "after-vs-before")],
                    check=True, stdout=subprocess.DEVNULL)
     stats = smoke.read_stats(stats_path)

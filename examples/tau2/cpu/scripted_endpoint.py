@@ -68,7 +68,7 @@ from typing import Any
 import httpx
 from aiohttp import web
 
-from examples.tau2 import tau2_domain
+from examples.tau2.episode import domain as tau2_domain
 from examples.tau2.tau2_agent import EPISODE_HEADER, TASK_HEADER
 
 PLEASE_RUN = "PLEASE_RUN "

@@ -49,7 +49,8 @@ step. The trainer side is the PPO update's forward pass; with one minibatch and 
 (`smoke_config.check_config` requires both) it runs on the weights that sampled the tokens."""
 PARITY_REQUESTS = "tau2/parity/requests"
 PARITY_DIFFERING = "tau2/parity/differing"
-"""Per step (`tau2_parity.RecordedParity`): prompts compared with the vLLM server's, and those that differ."""
+"""Per step (`training.parity.RecordedParity`): prompts compared with the vLLM server's, and those that
+differ."""
 PARITY_FIRST_FILE = "first_difference.txt"
 SUMMARY_FILE = "smoke_summary.json"
 PLOT_FILE = "smoke_curves.png"
@@ -279,13 +280,14 @@ def run(config_file: Path, overrides: list[str], config: Tau2SmokeConfig) -> Smo
     from areal.api.cli_args import load_expr_config
     from areal.utils.stats_logger import StatsLogger
 
-    from examples.tau2 import tau2_curriculum, tau2_dataset
     from examples.tau2.compat.areal_cpu import STATS_FILE, CpuPPOTrainer
     from examples.tau2.compat.areal_recover import resumable_trainer_class
     from examples.tau2.cpu.scripted_endpoint import EndpointThread
-    from examples.tau2.tau2_recover import prepare_resume, reaper_running
+    from examples.tau2.curriculum import sampler as tau2_curriculum
     from examples.tau2.tau2_train import train_call
-    from examples.tau2.tau2_validate import shared_paths
+    from examples.tau2.training import dataset as tau2_dataset
+    from examples.tau2.training.recover import prepare_resume, reaper_running
+    from examples.tau2.training.validate import shared_paths
 
     timings: dict[str, float] = {}
     start = time.perf_counter()
@@ -352,9 +354,10 @@ def console_logging() -> None:
     AReaL's `getLogger` replaces the root logger and its manager on every call, so handlers on the
     root (`basicConfig`) do not reliably reach loggers created before; these get their own.
     """
-    from examples.tau2 import tau2_recover, tau2_utils
+    from examples.tau2 import tau2_utils
     from examples.tau2.compat import areal_cpu, areal_recover
     from examples.tau2.cpu import tiny_model
+    from examples.tau2.training import recover as tau2_recover
 
     tau2_utils.console_logging(logger, tau2_utils.logger, tiny_model.logger, areal_cpu.logger,
                                tau2_recover.logger, areal_recover.logger)

@@ -397,7 +397,7 @@ def ensure_tiny_model(recipe: TinyModelRecipe, cache_dir: str | Path | None = No
     root = Path(cache_dir) if cache_dir else default_cache_dir()
     examples: list[WarmupExample] = []
     if recipe.warmup_steps:
-        from examples.tau2 import tau2_domain
+        from examples.tau2.episode import domain as tau2_domain
 
         tasks = list(recipe.warmup_tasks) or [
             t for ids in tau2_domain.splits(recipe.warmup_domain).values() for t in ids

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The CPU SFT measurement of README.md, end to end (2-core machine: ~30-60 min, most of it SFT):
 #   1. the scripted oracle plays every mock task (2 trials) against the scripted `user-scenario` user: an eval dir
-#   2. tau2_sft_data exports its successful trajectories (6 distinct rows) with a manifest
-#   3. tau2_sft trains the random tiny Qwen3 on them with AReaL's SFTTrainer (configs/sft_cpu.yaml)
-#   4. the untrained and the fine-tuned policy are each served by vLLM (CPU) and evaluated with tau2_eval on
+#   2. sft.data exports its successful trajectories (6 distinct rows) with a manifest
+#   3. sft.train trains the random tiny Qwen3 on them with AReaL's SFTTrainer (configs/sft_cpu.yaml)
+#   4. the untrained and the fine-tuned policy are each served by vLLM (CPU) and evaluated with eval.evaluate on
 #      all 9 mock tasks: 4 trials at temperature 1, and greedy
-#   5. tau2_compare: SFT minus untrained with a paired bootstrap interval, per temperature
-# Usage: bash examples/tau2/docs/sft/reproduce_cpu.sh [WORK_DIR] [extra tau2_sft overrides...]
+#   5. eval.compare: SFT minus untrained with a paired bootstrap interval, per temperature
+# Usage: bash examples/tau2/docs/sft/reproduce_cpu.sh [WORK_DIR] [extra sft.train overrides...]
 set -euo pipefail
 cd "$(dirname "$0")/../../../.."
 WORK=${1:-/tmp/tau2-sft-demo}
@@ -31,14 +31,14 @@ wait_http "http://127.0.0.1:$USER_PORT/health" 120
 SCRIPTED="http://127.0.0.1:$USER_PORT/v1"
 
 # 1-2. Oracle trajectories, exported.
-$PY -m examples.tau2.tau2_eval --policy-base-url "$SCRIPTED" --policy-model oracle \
+$PY -m examples.tau2.eval.evaluate --policy-base-url "$SCRIPTED" --policy-model oracle \
   --user-base-url "$SCRIPTED" --user-model user-scenario --domains mock --split all --trials 2 \
   --output-dir "$WORK/eval-oracle"
 TOKENIZER=$($PY -c "from examples.tau2.cpu.tiny_model import tokenizer_dir; print(tokenizer_dir())")
-$PY -m examples.tau2.tau2_sft_data --from "$WORK/eval-oracle" --out "$WORK/oracle.jsonl" --tokenizer "$TOKENIZER"
+$PY -m examples.tau2.sft.data --from "$WORK/eval-oracle" --out "$WORK/oracle.jsonl" --tokenizer "$TOKENIZER"
 
 # 3. SFT (the summary's last JSON object names the checkpoint and the untrained start).
-$PY -m examples.tau2.tau2_sft --config examples/tau2/sft.yaml +configs=sft_cpu \
+$PY -m examples.tau2.sft.train --config examples/tau2/sft.yaml +configs=sft_cpu \
   "train_dataset.path=$WORK/oracle.jsonl" "cluster.fileroot=$WORK/fileroot" \
   "cluster.name_resolve.nfs_record_root=$WORK/fileroot/name_resolve" "$@" | tee "$WORK/sft.out"
 SUMMARY=$(find "$WORK/fileroot/logs" -name sft_summary.json | head -1)
@@ -56,7 +56,7 @@ evaluate() {  # name, model dir
   wait_http "http://127.0.0.1:$POLICY_PORT/health" 600
   for t in 1.0 0.0; do
     local k=4; [ "$t" = 0.0 ] && k=1
-    $PY -m examples.tau2.tau2_eval --policy-base-url "http://127.0.0.1:$POLICY_PORT/v1" --policy-model "$1" \
+    $PY -m examples.tau2.eval.evaluate --policy-base-url "http://127.0.0.1:$POLICY_PORT/v1" --policy-model "$1" \
       --user-base-url "$SCRIPTED" --user-model user-scenario --domains mock --split all --trials "$k" \
       --temperature "$t" --max-completion-tokens 64 --concurrency 4 --output-dir "$WORK/eval-$1-t$t"
   done
@@ -67,6 +67,6 @@ evaluate tiny-sft "$TRAINED"
 for d in "$WORK"/eval-tiny-*; do echo "== $d"; sed -n '/^| domain/,/^$/p' "$d/results.md"; done
 # 5. The difference with a paired bootstrap interval over tasks, at each temperature.
 for t in 1.0 0.0; do
-  $PY -m examples.tau2.tau2_compare compare "$WORK/eval-tiny-sft-t$t" "$WORK/eval-tiny-untrained-t$t" \
+  $PY -m examples.tau2.eval.compare compare "$WORK/eval-tiny-sft-t$t" "$WORK/eval-tiny-untrained-t$t" \
     --labels sft untrained --output-dir "$WORK/compare-t$t"
 done

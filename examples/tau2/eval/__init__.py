@@ -1,0 +1,1 @@
+"""Evaluation: pass^k / pass@k with bootstrap intervals, and comparing evaluation runs."""

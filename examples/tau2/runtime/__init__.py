@@ -1,0 +1,1 @@
+"""Process plumbing every entry point shares: atomic files, charts, logging, exits, dependency pins."""

@@ -1,0 +1,281 @@
+"""The training config (AReaL's `PPOConfig` plus the `econfig` section) and how a command line becomes one.
+
+`load_config` composes the YAML and overrides with AReaL's own Hydra set-up (`parse_cli_args`), so
+variant files layer with Hydra's group syntax: `+configs=slurm_2node` merges
+`configs/slurm_2node.yaml` (next to the main config) over it, and later `key=value` overrides win.
+It also accepts the old combined `allocation_mode=<inference>+<training>` and rewrites it into
+1.0.4's per-engine backends. The result carries the effective argv, which `load_expr_config` loads
+to the same config for the run; loading here has no side effects, so validation and `--dry-run`
+happen before anything is written or started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from areal.api.cli_args import PPOConfig, parse_cli_args, to_structured_cfg
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from examples.tau2.curriculum.sampler import CurriculumConfig
+from examples.tau2.tau2_utils import DOMAINS, SOLO_DOMAINS, Tau2EnvConfig, first_line
+from examples.tau2.training.alloc import EngineBackends, parse_backend, same_allocation, split_allocation_mode
+
+T = TypeVar("T")
+
+ALLOCATION_KEY = "allocation_mode"
+SERVING_ENGINES = ("auto", "sglang", "vllm", "areal")
+BACKEND_KEYS = ("rollout.backend", "actor.backend", "ref.backend")
+TREE_TRAINING_KEY = "actor.enable_tree_training"
+
+
+class ConfigError(ValueError):
+    """The command line or the YAML cannot become a config; the message is one sentence."""
+
+
+DERIVED_EPISODE_FIELDS = {"group_size": "gconfig.n_samples", "temperature": "actor.temperature"}
+"""`econfig` fields that must equal another setting of the run, and the setting: left unset, they take
+its value (`Tau2PPOConfig.__post_init__`); set explicitly to another value, validation refuses them."""
+
+
+@dataclass
+class Tau2TrainEnvConfig(Tau2EnvConfig):
+    """`econfig`: which tau2 tasks to train on, plus every episode setting of `Tau2EnvConfig`.
+
+    The episode settings travel to the rollout workers as workflow kwargs (`episode_config()`).
+    """
+
+    group_size: int | None = None  # type: ignore[assignment]
+    """Unset: `gconfig.n_samples` (filled in by `Tau2PPOConfig`), the size of AReaL's GRPO groups."""
+    temperature: float | None = None  # type: ignore[assignment]
+    """Unset: `actor.temperature` (filled in by `Tau2PPOConfig`), at which the trainer recomputes the
+    sampled tokens' logprobs, so the episodes sample at it."""
+
+    domain: str | None = "airline"
+    """One tau2 domain (airline, retail, telecom, mock). Null when `mix` is set."""
+    mix: dict[str, float] | None = None
+    """Weighted mix of domains, e.g. {airline: 1, retail: 1}: each domain's share of training rows."""
+    train_split: str = "train"
+    """tau2 split the training tasks come from (mock has only `all`)."""
+    valid_split: str | None = "test"
+    """tau2 split for validation; null: no validation set (then `valid_dataset` must be null too)."""
+    drop_uniform_groups: bool = True
+    """Drop GRPO groups whose rows all carry the same reward (`training.group_filter.drop_uniform_groups`)."""
+    serving_engine: str = "auto"
+    """Whose prompt the trainer learns from: AReaL's proxy renders each request as this engine's own
+    OpenAI chat server would (`compat/areal_serving.py`). `auto`: the rollout backend (SGLang on
+    clusters, vLLM in the embedded default); `sglang` or `vllm` to deploy on another engine than the
+    rollout's; `areal`: AReaL's own rendering, which no server reproduces."""
+
+    def domain_weights(self) -> dict[str, float]:
+        """Domain -> weight; a single domain has weight 1."""
+        if self.mix:
+            return {str(k): float(v) for k, v in self.mix.items()}
+        return {self.domain: 1.0} if self.domain else {}
+
+    def episode_config(self) -> Tau2EnvConfig:
+        """The part that the workflow takes (its constructor validates it; `validate` reports the
+        same problems, and the run's others, before anything starts). A derived field still unset (this
+        section on its own, outside a `Tau2PPOConfig`) takes `Tau2EnvConfig`'s default."""
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(Tau2EnvConfig)}
+        unset = {name for name in DERIVED_EPISODE_FIELDS if values[name] is None}
+        return Tau2EnvConfig(**{name: value for name, value in values.items() if name not in unset})
+
+    def validate(self) -> list[str]:
+        """Episode settings (Tau2EnvConfig's checks) and the dataset choice, without touching tau2."""
+        return [f"econfig: {e}" for e in self.episode_config().validate()] + self.choice_errors()
+
+    def choice_errors(self) -> list[str]:
+        """Problems with the choice of domains and splits that make reading tau2's splits pointless."""
+        errors = []
+        if bool(self.domain) == bool(self.mix):
+            errors.append("econfig: set exactly one of econfig.domain (one domain) and econfig.mix "
+                          "(weighted domains; then econfig.domain=null)")
+        unknown = sorted(d for d in self.domain_weights() if d not in DOMAINS)
+        if unknown:
+            errors.append(f"econfig: unknown tau2 domain(s) {', '.join(unknown)}; "
+                          f"known: {', '.join(DOMAINS)}")
+        if any(w <= 0 for w in self.domain_weights().values()):
+            errors.append(f"econfig: mix weights must be positive, got {self.mix}")
+        if self.solo_mode:
+            no_solo = sorted(d for d in self.domain_weights() if d in DOMAINS and d not in SOLO_DOMAINS)
+            if no_solo:
+                errors.append(f"econfig: solo_mode needs domains with tickets ({', '.join(SOLO_DOMAINS)}); "
+                              f"{', '.join(no_solo)} have none")
+        if not self.train_split:
+            errors.append("econfig: train_split must be set")
+        if self.serving_engine not in SERVING_ENGINES:
+            errors.append(f"econfig: serving_engine={self.serving_engine!r} is not one of "
+                          f"{', '.join(SERVING_ENGINES)}")
+        return errors
+
+
+@dataclass
+class Tau2PPOConfig(PPOConfig):
+    """AReaL's PPO config plus the tau2 environment section."""
+
+    econfig: Tau2TrainEnvConfig = field(default_factory=Tau2TrainEnvConfig)
+    curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
+    """Sampling of training tasks by solve rate (`curriculum/sampler.py`); off by default."""
+
+    def __post_init__(self) -> None:
+        """Derive the episode settings that must equal another setting (`DERIVED_EPISODE_FIELDS`).
+        AReaL's `load_expr_config` builds the config through `OmegaConf.to_object`, which calls this too,
+        as AReaL's own `PPOConfig.__post_init__` derives `eval_gconfig` from `gconfig`. A value set
+        explicitly stays as given, for `training.validate.check_training` to refuse if it differs."""
+        super().__post_init__()
+        if self.econfig.group_size is None:
+            self.econfig.group_size = self.gconfig.n_samples
+        if self.econfig.temperature is None:
+            self.econfig.temperature = self.actor.temperature
+
+
+@dataclass(frozen=True)
+class LoadedConfig:
+    config: Tau2PPOConfig
+    argv: list[str]
+    """Effective command line (`--config` + overrides, allocation translated) for `load_expr_config`."""
+    config_file: Path
+    allocation_mode: str = ""
+    """The combined allocation string given, if any."""
+    backends: EngineBackends | None = None
+    """What `allocation_mode` was translated into."""
+    notes: tuple[str, ...] = ()
+    """Settings the loader changed on purpose, one sentence each (the plan shows them)."""
+
+
+def _override_key(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def _quote_parenthesized(override: str) -> str:
+    """Hydra's override grammar rejects unquoted `(`; the MoE hybrid backend syntax uses it."""
+    key, sep, value = override.partition("=")
+    if sep and _override_key(override) in BACKEND_KEYS and "(" in value and value[:1] not in "'\"":
+        return f"{key}='{value}'"
+    return override
+
+
+def _explicit_backends(overrides: list[str]) -> dict[str, str]:
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    return {o.key_or_group: str(o.value()) for o in parsed if o.key_or_group in BACKEND_KEYS}
+
+
+def _compose(config_file: Path, overrides: list[str]) -> DictConfig:
+    try:
+        raw, _ = parse_cli_args(["--config", str(config_file), *overrides])
+    except (HydraException, OmegaConfBaseException, ValueError) as e:
+        hint = " (keys absent from the YAML need ++key=value)" if "Could not override" in str(e) else ""
+        raise ConfigError(f"cannot compose {config_file} with {overrides}: {first_line(e)}{hint}") from None
+    return raw
+
+
+def split_config_argv(
+    argv: list[str], usage: str, error: type[ConfigError]
+) -> tuple[Path, list[str]]:
+    """`--config FILE [overrides...]` -> (existing absolute config path, overrides); raises `error`."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--config", required=True)
+    try:
+        args, rest = parser.parse_known_args(argv)
+    except SystemExit:
+        raise error(usage) from None
+    config_file = Path(args.config).absolute()
+    if not config_file.is_file():
+        raise error(f"config file {config_file} does not exist")
+    return config_file, rest
+
+
+def compose_config(config_file: Path, overrides: list[str], config_cls: type[T],
+                   error: type[ConfigError]) -> T:
+    """The YAML plus overrides as `config_cls`, composed as AReaL composes it; raises `error` with the
+    first line of Hydra's / OmegaConf's message."""
+    try:
+        raw, _ = parse_cli_args(["--config", str(config_file), *overrides])
+        return OmegaConf.to_object(to_structured_cfg(raw, config_cls=config_cls))  # type: ignore[return-value]
+    except Exception as e:  # Hydra / OmegaConf errors: report their first line
+        raise error(f"cannot load {config_file} with {overrides}: {first_line(e)}") from None
+
+
+def load_config(argv: list[str]) -> LoadedConfig:
+    """`[script.py] --config FILE [overrides...]` -> config, without side effects. Raises ConfigError."""
+    argv = list(argv[1:] if argv and argv[0].endswith(".py") else argv)
+    config_file, rest = split_config_argv(
+        argv, "usage: tau2_train.py --config FILE [key=value ...] [--dry-run]", ConfigError
+    )
+
+    cli_mode = ""
+    overrides = []
+    for o in rest:
+        if _override_key(o) == ALLOCATION_KEY:
+            cli_mode = o.split("=", 1)[1].strip().strip("'\"")  # the last one wins, as in Hydra
+        else:
+            overrides.append(_quote_parenthesized(o))
+
+    raw = _compose(config_file, overrides)
+    mode = cli_mode or str(raw.get(ALLOCATION_KEY) or "")
+    backends = None
+    if mode:
+        try:
+            backends = split_allocation_mode(mode)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        _check_consistent(mode, backends, _explicit_backends(overrides))
+        overrides += [f"++rollout.backend='{backends.rollout}'", f"++actor.backend='{backends.train}'"]
+        if raw.get("ref") is not None:
+            overrides.append(f"++ref.backend='{backends.train}'")
+        overrides.append(f"++{ALLOCATION_KEY}=''")
+        raw = _compose(config_file, overrides)
+
+    notes = []
+    tree_off = _tree_training_off(raw, overrides)
+    if tree_off:
+        notes.append(tree_off)
+        overrides.append(f"++{TREE_TRAINING_KEY}=false")
+        raw = _compose(config_file, overrides)
+    try:
+        config: Any = OmegaConf.to_object(to_structured_cfg(raw, config_cls=Tau2PPOConfig))
+    except (OmegaConfBaseException, ValueError, TypeError) as e:
+        raise ConfigError(f"invalid config: {first_line(e)}") from None
+    return LoadedConfig(config=config, argv=["--config", str(config_file), *overrides],
+                        config_file=config_file, allocation_mode=mode, backends=backends, notes=tuple(notes))
+
+
+def _tree_training_off(raw: DictConfig, overrides: list[str]) -> str:
+    """Prefix sharing is the config's default, but AReaL 1.0.4's tree training needs pipeline and context
+    parallel sizes of 1. An allocation with pp or cp > 1 turns the default off (returning why); a tree
+    training the command line asks for explicitly stays on, and validation refuses it."""
+    actor = raw.get("actor") or {}
+    if not actor.get("enable_tree_training") or any(_override_key(o) == TREE_TRAINING_KEY for o in overrides):
+        return ""
+    try:
+        parallel = parse_backend(str(actor.get("backend") or "")).parallel
+    except ValueError:
+        return ""  # validation reports the backend
+    if parallel.pp_size == 1 and parallel.cp_size == 1:
+        return ""
+    return (f"off: actor.backend={actor.get('backend')} has pp={parallel.pp_size}, cp={parallel.cp_size}, "
+            "and AReaL 1.0.4's tree training needs both 1; every PPO update then recomputes the prefixes the "
+            "rows share (5.4-7.3x slower ppo_update on one airline-shaped H100 step: TRAINING.md, "
+            "'Prefix-shared (tree) training'); pp=1 and cp=1 keep it on")
+
+
+def _check_consistent(mode: str, backends: EngineBackends, explicit: dict[str, str]) -> None:
+    wanted = {"rollout.backend": backends.rollout, "actor.backend": backends.train,
+              "ref.backend": backends.train}
+    for key, given in explicit.items():
+        try:
+            same = same_allocation(parse_backend(given), parse_backend(wanted[key]))
+        except ValueError as e:
+            raise ConfigError(f"{key}: {e}") from None
+        if not same:
+            raise ConfigError(
+                f"allocation_mode={mode} sets {key}={wanted[key]}, which contradicts {key}={given} "
+                "given on the command line; give only one of them"
+            )

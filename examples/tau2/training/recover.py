@@ -1,0 +1,540 @@
+"""Resuming a killed training run: what a rerun of the same command finds, checks and cleans up.
+
+AReaL 1.0.4 saves the trainer's state every `recover.freq_steps` steps when `recover.mode` is `auto`
+(or `on`: the same) -- weights and optimizer as a DCP checkpoint in
+`<fileroot>/checkpoints/<user>/<experiment>/<trial>/default/recover_checkpoint`, and the step, the
+dataloader, saver, evaluator and stats-logger states in `.../recover_info/` -- and `PPOTrainer` loads
+them when a rerun with the same experiment, trial and fileroot finds them. A `kill -9` can land
+anywhere, so a rerun (`prepare_resume`, before `PPOTrainer` starts) first:
+
+1. stops leftover workers of the trial: AReaL's workers (rpc servers, the inference server, proxies)
+   do not notice that their controller died (`stop_leftover_workers`; while the controller lives,
+   `start_reaper` runs a small watcher that does the same as soon as it dies);
+2. finishes or undoes a save the kill interrupted (`repair`): saves go to `<dir>.next` first and are
+   swapped in after a journal is written (`compat/areal_recover.py`), because AReaL overwrites its
+   one checkpoint in place and a torn info file makes it start over from step 1 without a word;
+3. drops the lines of `stats.jsonl` after the saved step (those steps run again: `trim_stats`), and moves
+   episode dumps written after the save, whose rollouts were never trained, to
+   `<dump_dir>.superseded/<time>/` (`supersede_dumps`), removing half-written temporary files.
+
+`check_recover` (in `--dry-run` and before every run) and `describe_recover` (the plan's line) say what
+a rerun would do. Nothing here imports AReaL at module level: the reaper runs this module alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import getpass
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger("tau2_areal.recover")
+
+ENABLED_MODES = ("auto", "on")
+STAGED, PREVIOUS = ".next", ".prev"
+JOURNAL = "recover_commit.json"
+"""Written (atomically) once a save is complete in `.next`; removed once it is swapped in."""
+SAVED_MARKER = "tau2_saved.json"
+"""In `recover_info/`: the saved step and the time the save was committed."""
+CONTROLLER_FILE = "controller.json"
+"""In the save root: pid, start time and host of the controller that runs (or ran) the trial."""
+SUPERSEDED = ".superseded"
+WORKER_MODULE = "areal.infra.rpc.rpc_server"
+INFO_FILES = ("step_info.json", "saver_info.json", "evaluator_info.json", "stats_logger_info.json",
+              "checkpoint_info.json", "dataloader_info.pkl")
+"""What AReaL's `RecoverInfo.load` reads; one missing or torn and AReaL starts over from step 1."""
+
+
+def enabled(config: Any) -> bool:
+    return config.recover.mode in ENABLED_MODES
+
+
+@dataclass(frozen=True)
+class RecoverPaths:
+    """Where AReaL keeps a trial's recover state (`Saver.get_save_root`, without creating anything)."""
+
+    save_root: Path
+    info: Path
+    checkpoints: tuple[Path, ...]
+    """`<save_root>/<engine>/recover_checkpoint`: `default` (the actor) and `critic` when there is one."""
+
+    @property
+    def journal(self) -> Path:
+        return self.save_root / JOURNAL
+
+    @property
+    def controller_file(self) -> Path:
+        return self.save_root / CONTROLLER_FILE
+
+    @property
+    def swapped(self) -> tuple[Path, ...]:
+        """The directories a save replaces together."""
+        return (self.info, *self.checkpoints)
+
+
+def recover_paths(config: Any) -> RecoverPaths:
+    r = config.recover
+    root = Path(r.fileroot) / "checkpoints" / getpass.getuser() / r.experiment_name / r.trial_name
+    engines = ["default"] + (["critic"] if getattr(config, "critic", None) is not None else [])
+    return RecoverPaths(root, root / "recover_info", tuple(root / e / "recover_checkpoint" for e in engines))
+
+
+def staged(path: Path) -> Path:
+    return path.with_name(path.name + STAGED)
+
+
+def previous(path: Path) -> Path:
+    return path.with_name(path.name + PREVIOUS)
+
+
+# ---------------------------------------------------------------------------------------------
+# Atomic saves: swap `.next` in after a journal, and finish or undo an interrupted swap
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def commit(paths: RecoverPaths, global_step: int) -> None:
+    """Swap the complete save in `.next` in (called once every `.next` directory is written)."""
+    write_text_atomic(staged(paths.info) / SAVED_MARKER,
+                      json.dumps({"global_step": global_step, "saved_at": time.time()}))
+    write_text_atomic(paths.journal, json.dumps({"global_step": global_step}))
+    _roll_forward(paths)
+
+
+def _roll_forward(paths: RecoverPaths) -> None:
+    for live in paths.swapped:
+        if staged(live).exists():
+            if live.exists():
+                shutil.rmtree(previous(live), ignore_errors=True)
+                live.rename(previous(live))
+            staged(live).rename(live)
+    for live in paths.swapped:
+        shutil.rmtree(previous(live), ignore_errors=True)
+    paths.journal.unlink(missing_ok=True)
+
+
+def _roll_back(paths: RecoverPaths) -> None:
+    for live in paths.swapped:
+        shutil.rmtree(staged(live), ignore_errors=True)
+        if not live.exists() and previous(live).exists():
+            previous(live).rename(live)
+        shutil.rmtree(previous(live), ignore_errors=True)
+
+
+def repair(paths: RecoverPaths) -> str:
+    """Finish a save whose swap a kill interrupted, or undo one that was not complete; '' if neither."""
+    if paths.journal.exists():
+        step = json.loads(paths.journal.read_text() or "{}").get("global_step", "?")
+        _roll_forward(paths)
+        shown = step + 1 if isinstance(step, int) else step
+        return f"completed the swap-in of the state saved at step {shown}"
+    leftovers = [p for live in paths.swapped for p in (staged(live), previous(live)) if p.exists()]
+    if leftovers:
+        _roll_back(paths)
+        return "discarded a save that a kill interrupted before it was complete"
+    return ""
+
+
+# ---------------------------------------------------------------------------------------------
+# The saved state
+
+
+@dataclass(frozen=True)
+class SavedState:
+    global_step: int
+    """The last step whose state was saved (0-based, as AReaL counts); a rerun starts at the next."""
+    steps_per_epoch: int
+    saved_at: float
+    """When the save was committed (Unix time): later episode dumps were never trained on."""
+
+
+def saved_state(paths: RecoverPaths) -> SavedState | None:
+    """The state a rerun resumes from, or None when there is none (AReaL then starts at step 1)."""
+    if not all((paths.info / f).is_file() for f in INFO_FILES):
+        return None
+    try:
+        step = json.loads((paths.info / "step_info.json").read_text())
+        global_step, per_epoch = int(step["global_step"]), int(step["steps_per_epoch"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if global_step < 0:
+        return None
+    marker = paths.info / SAVED_MARKER
+    try:
+        saved_at = float(json.loads(marker.read_text())["saved_at"])
+    except (OSError, ValueError, KeyError, TypeError):
+        saved_at = (paths.info / "step_info.json").stat().st_mtime  # saved by AReaL's own handler
+    return SavedState(global_step, per_epoch, saved_at)
+
+
+def missing_checkpoints(paths: RecoverPaths) -> list[Path]:
+    """Recover checkpoints that a resume would need but that hold no DCP checkpoint."""
+    return [c for c in paths.checkpoints if not (c / ".metadata").is_file()]
+
+
+def clear_saved_state(paths: RecoverPaths) -> None:
+    """Forget the saved state (the next run starts at step 1)."""
+    for live in paths.swapped:
+        for p in (live, staged(live), previous(live)):
+            shutil.rmtree(p, ignore_errors=True)
+    paths.journal.unlink(missing_ok=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Leftover workers of a dead controller
+
+
+def _arg(tokens: list[str], flag: str) -> str | None:
+    with contextlib.suppress(ValueError, IndexError):
+        return tokens[tokens.index(flag) + 1]
+    return None
+
+
+def worker_processes(experiment: str, trial: str, fileroot: str, started_before: float | None = None) -> list:
+    """AReaL rpc workers of this experiment, trial and fileroot on this machine (their shell wrappers
+    included), optionally only those started before `started_before`."""
+    import psutil
+
+    found = []
+    own = {p.pid for p in [psutil.Process(), *psutil.Process().parents()]}
+    for p in psutil.process_iter(["pid", "cmdline", "create_time"]):
+        tokens = " ".join(p.info["cmdline"] or []).split()
+        if p.info["pid"] in own or WORKER_MODULE not in tokens:
+            continue
+        if (_arg(tokens, "--experiment-name"), _arg(tokens, "--trial-name")) != (experiment, trial):
+            continue
+        root = _arg(tokens, "--fileroot")
+        if root is None or os.path.abspath(root) != os.path.abspath(fileroot):
+            continue
+        if started_before is not None and p.info["create_time"] > started_before:
+            continue
+        found.append(p)
+    return found
+
+
+def stop_process_trees(procs: list, timeout_s: float = 5.0) -> list[int]:
+    """SIGTERM each process and its descendants, SIGKILL what is left after `timeout_s`; their pids."""
+    import psutil
+
+    everything: dict[int, Any] = {}
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            for q in [p, *p.children(recursive=True)]:
+                everything[q.pid] = q
+    for q in everything.values():
+        with contextlib.suppress(psutil.Error):
+            q.terminate()
+    _, alive = psutil.wait_procs(list(everything.values()), timeout=timeout_s)
+    for q in alive:
+        with contextlib.suppress(psutil.Error):
+            q.kill()
+    psutil.wait_procs(alive, timeout=timeout_s)
+    return sorted(everything)
+
+
+def _trial_key(config: Any) -> tuple[str, str, str]:
+    return config.experiment_name, config.trial_name, config.cluster.fileroot
+
+
+def stop_leftover_workers(config: Any) -> list[int]:
+    """Stop the workers a dead controller of this trial left behind (local scheduler only)."""
+    if config.scheduler.type != "local":
+        return []
+    return stop_process_trees(worker_processes(*_trial_key(config)))
+
+
+def live_controller(paths: RecoverPaths) -> dict[str, Any] | None:
+    """The recorded controller of this trial if it still runs on this machine (not this process)."""
+    import psutil
+
+    try:
+        rec = json.loads(paths.controller_file.read_text())
+        pid, started = int(rec["pid"]), float(rec["create_time"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if rec.get("host") != os.uname().nodename or pid == os.getpid():
+        return None
+    try:
+        p = psutil.Process(pid)
+        if abs(p.create_time() - started) > 1e-3 or p.status() == psutil.STATUS_ZOMBIE:
+            return None
+    except psutil.Error:
+        return None
+    return rec
+
+
+def record_controller(paths: RecoverPaths) -> None:
+    import psutil
+
+    paths.save_root.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(paths.controller_file, json.dumps({
+        "pid": os.getpid(), "create_time": psutil.Process().create_time(), "host": os.uname().nodename,
+        "argv": sys.argv}))
+
+
+def start_reaper(config: Any) -> subprocess.Popen | None:
+    """A watcher, in its own session, that stops this trial's workers once this process dies (however);
+    it logs to `reaper.log` in AReaL's log directory of the trial.
+
+    AReaL stops its workers when the controller exits normally or raises; after `kill -9` (or the OOM
+    killer) they would live on, holding ports, memory and GPUs."""
+    if config.scheduler.type != "local":
+        return None
+    import psutil
+
+    experiment, trial, fileroot = _trial_key(config)
+    cmd = [sys.executable, "-m", "examples.tau2.training.recover", "reap", "--pid", str(os.getpid()),
+           "--create-time", repr(psutil.Process().create_time()), "--experiment-name", experiment,
+           "--trial-name", trial, "--fileroot", fileroot]
+    log_file = Path(fileroot) / "logs" / getpass.getuser() / experiment / trial / "reaper.log"
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    with log_file.open("a", encoding="utf-8") as out:
+        return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True,
+                                cwd=Path(__file__).resolve().parents[2])
+
+
+@contextlib.contextmanager
+def reaper_running(config: Any) -> Iterator[subprocess.Popen | None]:
+    """`start_reaper` for the duration of the block (after a normal exit AReaL has stopped the workers)."""
+    proc = start_reaper(config)
+    try:
+        yield proc
+    finally:
+        if proc is not None:
+            proc.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=5)
+
+
+def reap(pid: int, create_time: float, experiment: str, trial: str, fileroot: str,
+         poll_s: float = 0.5) -> list[int]:
+    """Wait for the controller `pid` to end, then stop the trial's workers it started; their pids."""
+    import psutil
+
+    while True:
+        try:
+            p = psutil.Process(pid)
+            if abs(p.create_time() - create_time) > 1e-3 or p.status() == psutil.STATUS_ZOMBIE:
+                break
+        except psutil.Error:
+            break
+        time.sleep(poll_s)
+    died = time.time()
+    time.sleep(poll_s)  # a normal exit stops the workers itself; give stragglers a moment
+    stopped = stop_process_trees(worker_processes(experiment, trial, fileroot, started_before=died))
+    if stopped:
+        print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} reaper: controller {pid} is gone; stopped "
+              f"{len(stopped)} process(es) of {experiment}/{trial}: {stopped}", flush=True)
+    return stopped
+
+
+# ---------------------------------------------------------------------------------------------
+# What a resumed run cleans up: stats lines and episode dumps after the saved step
+
+
+def trim_stats(path: Path, last_step: int | None) -> int:
+    """Keep the lines of `stats.jsonl` up to global step `last_step` (None: none), each step once,
+    and no torn line; returns how many lines were dropped."""
+    if not path.is_file():
+        return 0
+    lines = path.read_text(encoding="utf-8").splitlines()
+    kept, seen = [], set()
+    for line in lines:
+        try:
+            step = int(json.loads(line)["global_step"])
+        except (ValueError, KeyError, TypeError):
+            continue
+        if last_step is not None and step <= last_step and step not in seen:
+            seen.add(step)
+            kept.append(line)
+    if len(kept) != len(lines):
+        write_text_atomic(path, "".join(f"{x}\n" for x in kept))
+    return len(lines) - len(kept)
+
+
+def supersede_dumps(dump_dir: Path, since: float) -> tuple[int, Path | None]:
+    """Move episode dumps written after `since` (Unix time) to `<dump_dir>.superseded/<time>/`, keeping
+    their relative paths, and delete half-written temporary files; (files moved, where to)."""
+    from examples.tau2.episode.dump import supersede_dumps as move_aside
+
+    target = dump_dir.with_name(dump_dir.name + SUPERSEDED) / time.strftime("%Y%m%d-%H%M%S")
+    moved = move_aside(dump_dir, target, lambda f: f.stat().st_mtime > since)
+    return moved, (target if moved else None)
+
+
+@dataclass(frozen=True)
+class ResumePlan:
+    """What `prepare_resume` found and did."""
+
+    state: SavedState | None
+    stopped_workers: list[int]
+    repaired: str
+    stats_lines_dropped: int
+    dumps_moved: int
+    dumps_moved_to: Path | None
+
+    @property
+    def start_step(self) -> int:
+        """The first step this run trains (1-based)."""
+        return self.state.global_step + 2 if self.state else 1
+
+
+def total_steps(config: Any) -> int | None:
+    """Steps the run trains in all (`total_train_steps`, capped by the epochs), if known."""
+    per_epoch = _steps_per_epoch(config)
+    by_epochs = per_epoch * config.total_train_epochs if per_epoch is not None else None
+    candidates = [n for n in (config.total_train_steps, by_epochs) if n is not None]
+    return min(candidates) if candidates else None
+
+
+def prepare_resume(config: Any, stats_path: Path | None = None, restart_finished: bool = False) -> ResumePlan:
+    """Before `PPOTrainer` starts: stop leftover workers, repair an interrupted save, and drop the stats
+    lines and episode dumps of steps that will run again. Logs one line per thing it did.
+
+    `restart_finished`: a saved state of a run that trained all its steps is forgotten, so the run starts
+    over (the smoke run; AReaL itself would resume it and train nothing)."""
+    paths = recover_paths(config)
+    other = live_controller(paths)
+    if other is not None:
+        raise RuntimeError(f"another controller of {config.experiment_name}/{config.trial_name} is running "
+                           f"(pid {other['pid']}); stop it first or use another trial_name")
+    stopped = stop_leftover_workers(config)
+    if stopped:
+        logger.warning("stopped %d leftover process(es) of a previous controller of this trial: %s",
+                       len(stopped), stopped)
+    repaired = repair(paths) if paths.save_root.is_dir() else ""
+    if repaired:
+        logger.warning("recover state: %s", repaired)
+    state = saved_state(paths) if enabled(config) else None
+    total = total_steps(config)
+    if state is not None and restart_finished and total is not None and state.global_step + 1 >= total:
+        logger.info("the run saved in %s had finished (%d steps): starting a new one", paths.save_root, total)
+        clear_saved_state(paths)
+        state = None
+    dropped = moved = 0
+    moved_to = None
+    dump_dir = getattr(config.econfig, "dump_dir", "")
+    if state is not None:
+        logger.info("resuming: the state saved after step %d is in %s; training continues at step %d",
+                    state.global_step + 1, paths.save_root, state.global_step + 2)
+        if stats_path is not None:
+            dropped = trim_stats(stats_path, state.global_step)
+        if dropped:
+            logger.info("dropped %d line(s) of %s after step %d (those steps run again)", dropped,
+                        stats_path, state.global_step + 1)
+    if dump_dir and enabled(config):
+        # Resuming: dumps after the save were never trained on. Starting over (no saved state): every
+        # dump is from an earlier run of this trial (killed before its first save, or finished).
+        moved, moved_to = supersede_dumps(Path(dump_dir), state.saved_at if state else float("-inf"))
+        if moved:
+            logger.info("moved %d episode dump file(s) of rollouts this run does not continue (written "
+                        "after the saved state, or by an earlier run of the trial) to %s", moved, moved_to)
+    record_controller(paths)
+    return ResumePlan(state, stopped, repaired, dropped, moved, moved_to)
+
+
+# ---------------------------------------------------------------------------------------------
+# Checks and the plan's line
+
+
+def check_recover(config: Any) -> list[str]:
+    """Problems with the `recover` section or the saved state a run would resume from, one sentence each."""
+    r = config.recover
+    errors = []
+    if r.mode not in (*ENABLED_MODES, "disabled", "off"):
+        errors.append(f"recover.mode={r.mode!r} must be auto (resume a rerun) or disabled")
+    if not enabled(config):
+        return errors
+    if not any(f is not None for f in (r.freq_steps, r.freq_epochs, r.freq_secs)):
+        errors.append("recover.mode=auto saves nothing without recover.freq_steps, freq_epochs or freq_secs, "
+                      "so a rerun would start over")
+    freqs = (("freq_steps", r.freq_steps), ("freq_epochs", r.freq_epochs), ("freq_secs", r.freq_secs))
+    for name, value in freqs:
+        if value is not None and value < 1:
+            errors.append(f"recover.{name}={value} must be at least 1 (or null)")
+    for name, own, top in (("experiment_name", r.experiment_name, config.experiment_name),
+                           ("trial_name", r.trial_name, config.trial_name),
+                           ("fileroot", r.fileroot, config.cluster.fileroot)):
+        if own != top:
+            key = "cluster.fileroot" if name == "fileroot" else name
+            errors.append(f"recover.{name}={own} differs from {key}={top}: a rerun of this trial would not "
+                          "find its saved state")
+    if getattr(config.rollout, "_version", "v1") == "v2":
+        errors.append("recover.mode=auto does not work with rollout._version=v2 (AReaL 1.0.4 refuses it)")
+    paths = recover_paths(config)
+    other = live_controller(paths)
+    if other is not None:
+        errors.append(f"another controller of {config.experiment_name}/{config.trial_name} is running "
+                      f"(pid {other['pid']}); stop it first or use another trial_name")
+    if paths.journal.exists() or any(staged(p).exists() for p in paths.swapped):
+        return errors  # an interrupted save: the run repairs it before it looks at the state
+    state = saved_state(paths)
+    if state is None:
+        return errors
+    missing = missing_checkpoints(paths)
+    if missing:
+        errors.append(f"the saved state in {paths.info} has no checkpoint in {missing[0]}; delete "
+                      f"{paths.save_root} to start over")
+    per_epoch = _steps_per_epoch(config)
+    if per_epoch is not None and per_epoch != state.steps_per_epoch:
+        errors.append(f"the saved state in {paths.info} is from a run with {state.steps_per_epoch} steps "
+                      f"per epoch, this config has {per_epoch}; use another trial_name or delete "
+                      f"{paths.save_root}")
+    return errors
+
+
+def _steps_per_epoch(config: Any) -> int | None:
+    try:
+        from examples.tau2.training import dataset as tau2_dataset
+
+        rows = len(tau2_dataset.train_rows(config.econfig, config.seed))
+    except Exception:  # an unknown domain or split: validate() reports it
+        return None
+    batch = config.train_dataset.batch_size
+    return rows // batch if config.train_dataset.drop_last else -(-rows // batch)
+
+
+def describe_recover(config: Any) -> str:
+    """The plan's `recover` line: how often state is saved, where, and where a rerun would start."""
+    if not enabled(config):
+        return "disabled: a killed run starts over from step 1 when rerun"
+    r = config.recover
+    every = ", ".join(f"{v} {unit}" for v, unit in ((r.freq_steps, "step(s)"), (r.freq_epochs, "epoch(s)"),
+                                                   (r.freq_secs, "s")) if v is not None) or "never"
+    paths = recover_paths(config)
+    state = saved_state(paths)
+    where = ("no saved state: starts at step 1" if state is None else
+             f"state saved after step {state.global_step + 1}: a run resumes at step {state.global_step + 2}")
+    return f"{r.mode}, every {every}, in {paths.save_root}; {where}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Stop a controller's workers once it dies (start_reaper).")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("reap")
+    p.add_argument("--pid", type=int, required=True)
+    p.add_argument("--create-time", type=float, required=True)
+    p.add_argument("--experiment-name", required=True)
+    p.add_argument("--trial-name", required=True)
+    p.add_argument("--fileroot", required=True)
+    args = parser.parse_args(argv)
+    reap(args.pid, args.create_time, args.experiment_name, args.trial_name, args.fileroot)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

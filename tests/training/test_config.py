@@ -1,0 +1,163 @@
+"""Loading the training config: YAML + Hydra variants + overrides, and the old allocation_mode."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from areal.api.cli_args import GenerationHyperparameters, PPOActorConfig, load_expr_config
+
+from examples.tau2.tau2_agent import Tau2AgentWorkflow
+from examples.tau2.tau2_train import workflow_kwargs
+from examples.tau2.tau2_utils import Tau2EnvConfig
+from examples.tau2.training.config import ConfigError, Tau2PPOConfig, Tau2TrainEnvConfig, load_config
+from tests.tau2_train_support import CONFIG, load
+
+
+def test_default_config_loads():
+    config = load().config
+    assert isinstance(config, Tau2PPOConfig)
+    assert (config.rollout.backend, config.actor.backend, config.ref) == ("sglang:d4", "archon:d2", None)
+    assert config.econfig.domain_weights() == {"airline": 1.0}
+    # An interpolation ties the per-turn limit to AReaL's own knob; the group size and the sampling
+    # temperature are derived from gconfig.n_samples and actor.temperature (Tau2PPOConfig.__post_init__).
+    assert config.econfig.max_completion_tokens == config.gconfig.max_new_tokens
+    assert config.econfig.temperature == config.gconfig.temperature == config.actor.temperature
+    assert config.econfig.group_size == config.gconfig.n_samples
+    assert config.rollout.scheduling_spec[0].gpu == config.actor.scheduling_spec[0].gpu == 1
+    assert config.rollout.agent.export_style == "individual"
+    assert config.actor.adv_norm.mean_level == config.actor.adv_norm.std_level == "batch"
+
+
+def test_overrides_and_variants_layer_in_order():
+    config = load("+configs=debug_2gpu", "gconfig.n_samples=6", "econfig.domain=retail").config
+    assert config.cluster.n_gpus_per_node == 2  # from the variant file
+    assert (config.rollout.backend, config.actor.backend) == ("sglang:d1", "archon:d1")
+    assert config.train_dataset.batch_size == 4
+    assert config.gconfig.n_samples == 6  # the command line wins over the variant
+    assert config.econfig.domain == "retail"
+    assert config.sglang.model_path == config.actor.path  # the main file's interpolations still apply
+
+    slurm = load("+configs=slurm_2node").config
+    assert (slurm.cluster.n_nodes, slurm.scheduler.type, slurm.actor.path) == (2, "slurm", "Qwen/Qwen3-8B")
+    assert slurm.rollout.scheduling_spec[0].image == slurm.actor.scheduling_spec[0].image  # one image
+
+
+def test_list_element_and_dict_overrides():
+    config = load("++actor.scheduling_spec.0.image=/x.sif",
+                  "++actor.scheduling_spec.0.env_vars.PYTHONPATH=/repo",
+                  "econfig.domain=null", "econfig.mix={airline:2,retail:1}").config
+    assert config.rollout.scheduling_spec[0].image == "/x.sif"
+    assert config.actor.scheduling_spec[0].env_vars["PYTHONPATH"] == "/repo"
+    assert config.econfig.domain_weights() == {"airline": 2.0, "retail": 1.0}
+
+
+@pytest.mark.parametrize("argv", [
+    ["--config", "/nonexistent/config.yaml"],
+    ["--config", str(CONFIG), "no.such.key=1"],
+    ["--config", str(CONFIG), "gconfig.n_samples=many"],
+    ["--config", str(CONFIG), "+configs=no_such_variant"],
+    ["no-config-flag"],
+])
+def test_bad_command_lines_raise_config_error(argv):
+    with pytest.raises(ConfigError) as info:
+        load_config(argv)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("word", ["allocation_mode", "+allocation_mode", "++allocation_mode"])
+def test_old_allocation_mode_becomes_per_engine_backends(word):
+    loaded = load(f"{word}=sglang:d4t2+archon:d4p2t1")
+    config = loaded.config
+    assert (config.rollout.backend, config.actor.backend) == ("sglang:d4t2", "archon:d4p2t1")
+    assert config.allocation_mode == ""  # deprecated field: the per-engine fields are the truth
+    assert loaded.allocation_mode == "sglang:d4t2+archon:d4p2t1"
+
+
+def test_moe_hybrid_needs_no_hydra_quoting():
+    config = load("allocation_mode=sglang:d8t4+megatron:(attn:d4p4t2|ffn:d2p4e4)").config
+    assert config.actor.backend == "megatron:(attn:d4p4t2|ffn:d2p4e4)"
+    assert load("actor.backend=megatron:(attn:d1p2t2|ffn:d1p2e2)").config.actor.backend == (
+        "megatron:(attn:d1p2t2|ffn:d1p2e2)")
+
+
+def test_allocation_mode_sets_ref_when_there_is_one(tmp_path):
+    own = tmp_path / "with_ref.yaml"
+    own.write_text(CONFIG.read_text() + "\nref:\n  experiment_name: ${experiment_name}\n"
+                   "  trial_name: ${trial_name}\n  path: ${actor.path}\n  backend: ${actor.backend}\n"
+                   "allocation_mode: sglang:d2+archon:d2\n")
+    config = load_config(["--config", str(own)]).config  # allocation_mode from the YAML
+    assert (config.rollout.backend, config.actor.backend, config.ref.backend) == (
+        "sglang:d2", "archon:d2", "archon:d2")
+    # The command line's allocation_mode wins over the file's.
+    config = load_config(["--config", str(own), "allocation_mode=sglang:d1+archon:d1t2"]).config
+    assert (config.rollout.backend, config.ref.backend) == ("sglang:d1", "archon:d1t2")
+
+
+def test_contradicting_backend_is_rejected_but_a_restatement_is_not():
+    with pytest.raises(ConfigError, match=r"contradicts actor.backend=archon:d2"):
+        load("allocation_mode=sglang:d4+archon:d4", "actor.backend=archon:d2")
+    with pytest.raises(ConfigError, match=r"contradicts rollout.backend=sglang:d2"):
+        load("rollout.backend=sglang:d2", "allocation_mode=sglang:d4+archon:d4")
+    same = load("allocation_mode=sglang:d4+archon:d4", "actor.backend=archon:d4t1").config
+    assert same.actor.backend == "archon:d4"
+    with pytest.raises(ConfigError, match="colocates"):
+        load("allocation_mode=sglang[r]:d2+fsdp[a]:d4|fsdp[c]:d4")
+
+
+def test_effective_argv_loads_to_the_same_config_through_load_expr_config(tmp_path):
+    loaded = load("allocation_mode=sglang:d4t2+archon:d4p2t1", f"cluster.fileroot={tmp_path}",
+                  f"cluster.name_resolve.nfs_record_root={tmp_path / 'nr'}", "+configs=debug_2gpu")
+    config, _ = load_expr_config(loaded.argv, Tau2PPOConfig)
+    assert dataclasses.asdict(config) == dataclasses.asdict(loaded.config)
+    assert list(tmp_path.glob("logs/*/*/*/config.yaml"))  # AReaL's loader saved it
+
+
+def test_econfig_holds_every_episode_field_and_builds_the_workflow():
+    episode_fields = {f.name for f in dataclasses.fields(Tau2EnvConfig)}
+    assert episode_fields < {f.name for f in dataclasses.fields(Tau2TrainEnvConfig)}
+    econfig = load("econfig.user_base_url=http://127.0.0.1:9/v1", "econfig.user_model=user").config.econfig
+    kwargs = econfig.episode_config().to_kwargs()
+    assert set(kwargs) == episode_fields
+    assert Tau2AgentWorkflow(**kwargs).config.max_completion_tokens == econfig.max_completion_tokens
+
+
+def test_group_size_and_temperature_are_derived_from_the_settings_they_must_equal(tmp_path):
+    """A GRPO group is gconfig.n_samples episodes, and the trainer recomputes the sampled logprobs at
+    actor.temperature: the episodes take both from there instead of being checked against them."""
+    from omegaconf import OmegaConf
+
+    assert {"group_size", "temperature"}.isdisjoint(OmegaConf.load(CONFIG).econfig)  # no knob to set
+    config = load("gconfig.n_samples=6", "actor.temperature=0.7").config
+    assert (config.econfig.group_size, config.econfig.temperature) == (6, 0.7)
+    assert config.gconfig.temperature == 1.0  # actor.temperature is the truth, not gconfig's
+    train, evaluation = workflow_kwargs(config)
+    assert (train["group_size"], train["temperature"]) == (6, 0.7)
+    assert (evaluation["group_size"], evaluation["temperature"]) == (1, 0.6)  # eval_gconfig's, as before
+    following = load("gconfig.temperature=0.8").config  # actor.temperature: ${gconfig.temperature}
+    assert following.econfig.temperature == following.actor.temperature == 0.8
+    # AReaL's own loader (OmegaConf.to_object) derives them too, and so does a config built in Python.
+    loaded = load("gconfig.n_samples=3", f"cluster.fileroot={tmp_path}",
+                  f"cluster.name_resolve.nfs_record_root={tmp_path / 'nr'}")
+    config, _ = load_expr_config(loaded.argv, Tau2PPOConfig)
+    assert (config.econfig.group_size, config.econfig.temperature) == (3, 1.0)
+    built = Tau2PPOConfig(gconfig=GenerationHyperparameters(n_samples=5),
+                          actor=PPOActorConfig(experiment_name="e", trial_name="t", temperature=0.9))
+    assert (built.econfig.group_size, built.econfig.temperature) == (5, 0.9)
+    # A value set on purpose is kept as given: validation refuses it if it contradicts its source.
+    assert load("++econfig.group_size=4").config.econfig.group_size == 4
+    assert load("++econfig.temperature=0.5").config.econfig.temperature == 0.5
+
+
+def test_econfig_defers_validation_and_reports_every_problem():
+    econfig = Tau2TrainEnvConfig(domain="airline", mix={"nowhere": 0.0}, solo_mode=True, max_steps=0,
+                                 train_split="")
+    errors = econfig.validate()  # constructing did not raise
+    expected = ["max_steps and max_errors must be positive", "set exactly one of econfig.domain",
+                "unknown tau2 domain(s) nowhere", "mix weights must be positive", "train_split must be set"]
+    for fragment in expected:
+        assert sum(fragment in e for e in errors) == 1, (fragment, errors)
+    solo = Tau2TrainEnvConfig(domain="airline", solo_mode=True)
+    assert solo.choice_errors() == [
+        "econfig: solo_mode needs domains with tickets (telecom, mock); airline have none"]
+    assert Tau2TrainEnvConfig(domain=None, mix={"telecom": 1}, solo_mode=True).validate() == []

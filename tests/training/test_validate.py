@@ -1,0 +1,360 @@
+"""Every validation error of the training entry, each from the smallest change to a clean config."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from examples.tau2.training.config import load_config
+from examples.tau2.training.validate import (
+    check_admin_key,
+    check_gpus,
+    check_paths,
+    check_user_simulator,
+    engine_uses,
+    read_model_shape,
+    validate,
+)
+from tests.tau2_train_support import CONFIG, clean_overrides, load, write_model
+
+
+@pytest.fixture
+def clean(tmp_path, endpoint) -> list[str]:
+    return clean_overrides(tmp_path, endpoint.url)
+
+
+def errors_for(clean: list[str], *overrides: str) -> list[str]:
+    return validate(load(*clean, *overrides).config)
+
+
+def test_clean_config_has_no_problems(clean, tmp_path):
+    assert errors_for(clean) == []
+    assert errors_for(clean, "+configs=debug_2gpu") == []
+    # A local checkpoint of the right shape is checked and passes.
+    assert errors_for(clean, f"actor.path={write_model(tmp_path / 'm')}") == []
+    # mock has no split file: its only split is `all`.
+    assert errors_for(clean, "econfig.domain=mock", "econfig.train_split=all", "econfig.valid_split=null",
+                      "valid_dataset=null", "train_dataset.batch_size=4") == []
+
+
+ONE_ERROR = [
+    # econfig: episode settings (Tau2EnvConfig.validate) and the dataset choice
+    (["econfig.max_steps=0"], "econfig: max_steps and max_errors must be positive"),
+    (["econfig.user_model="], "econfig: user_base_url and user_model must be set"),
+    (["econfig.mix={retail:1}"], "set exactly one of econfig.domain"),
+    (["econfig.domain=null"], "set exactly one of econfig.domain"),
+    (["econfig.domain=banking"], "unknown tau2 domain(s) banking"),
+    (["econfig.domain=null", "econfig.mix={airline:1,retail:0}"], "mix weights must be positive"),
+    (["econfig.solo_mode=true"], "solo_mode needs domains with tickets"),
+    (["econfig.train_split="], "train_split must be set"),
+    # GPUs and schedulers
+    (["scheduler.type=ray"], "scheduler.type must be local or slurm"),
+    (["actor.backend=archon:d8"], "the engines need 12 GPUs (rollout 4 + actor 8) but"),
+    (["cluster.n_nodes=2"], "scheduler.type=local starts every worker on this machine"),
+    # splits
+    (["econfig.train_split=dev"], "tau2 domain 'airline' has no split 'dev' (available: base, test, train)"),
+    (["econfig.valid_split=dev"], "has no split 'dev'"),
+    # settings that break or spoil tau2 training
+    (["gconfig.n_samples=1"], "econfig.drop_uniform_groups drops every group"),
+    (["rollout.agent.mode=subproc"], "rollout.agent.mode must be inline"),
+    (["++econfig.group_size=4"], "econfig.group_size=4 contradicts gconfig.n_samples=8, "
+     "which it follows when left unset"),
+    (["econfig.reward_baseline=best"], "reward_baseline 'best' is not one of none, group_mean"),
+    (["actor.adv_norm.mean_level=group"], "actor.adv_norm uses group-level statistics"),
+    (["++econfig.temperature=0.7"], "econfig.temperature=0.7 contradicts actor.temperature=1, "
+     "which it follows when left unset"),
+    (["econfig.policy_seed=true"], "econfig.policy_seed is for evaluation"),
+    (["econfig.top_p=0.9"], "econfig.top_p=0.9: training samples must come from the full distribution"),
+    (["gconfig.top_p=0.95"], "econfig.top_p=0.95: training samples must come from the full distribution"),
+    (["gconfig.top_p=0.95", "econfig.top_p=1.0"], "gconfig.top_p=0.95: training samples must come from"),
+    (["++gconfig.top_k=50"], "gconfig.top_k=50: training samples must come from the full distribution"),
+    (["econfig.serving_engine=trtllm"], "econfig: serving_engine='trtllm' is not one of auto, sglang, vllm"),
+    (["actor.kl_ctl=0.05"], "actor.kl_ctl=0.05 needs a ref section"),
+    (["actor.optimizer.lr_scheduler_type=cosine", "++total_train_steps=6"],
+     "lr_scheduler_type=cosine decays over total_train_epochs x steps per epoch = 50 x 3 = 150 steps"),
+    (["rollout.request_timeout=1800"], "rollout.request_timeout=1800s must exceed"),
+    (["rollout.tokenizer_path="], "rollout.tokenizer_path must be set"),
+    (["econfig.valid_split=null"], "set both econfig.valid_split and a valid_dataset section"),
+    (["valid_dataset=null"], "set both econfig.valid_split and a valid_dataset section"),
+    (["train_dataset.batch_size=31"], "train_dataset.batch_size=31 exceeds the 30 training rows"),
+]
+
+
+def test_derived_episode_settings_pass_and_a_restatement_is_not_a_problem(clean):
+    """econfig.group_size and econfig.temperature follow gconfig.n_samples and actor.temperature, so
+    changing those alone is no problem; setting the derived ones explicitly is one only if they differ."""
+    assert errors_for(clean, "gconfig.n_samples=4", "actor.temperature=0.7") == []
+    assert errors_for(clean, "gconfig.n_samples=4", "++econfig.group_size=4",
+                      "++econfig.temperature=1.0") == []
+    assert errors_for(clean, "++econfig.group_size=4", "++econfig.temperature=0.7") == [
+        "econfig.group_size=4 contradicts gconfig.n_samples=8, which it follows when left unset (with "
+        "reward_baseline group_mean an episode waits for that many episodes of its group); drop the key",
+        "econfig.temperature=0.7 contradicts actor.temperature=1, which it follows when left unset (the "
+        "trainer recomputes the sampled logprobs at actor.temperature); drop the key"]
+
+
+def test_a_decaying_learning_rate_must_fit_the_run(clean):
+    decaying = ("actor.optimizer.lr_scheduler_type=linear", "++total_train_steps=6")
+    (error,) = errors_for(clean, *decaying)
+    assert error.endswith("total_train_steps=6 ends the run first; set total_train_epochs=2")
+    assert errors_for(clean, *decaying, "total_train_epochs=2") == []
+    # 5 steps of 3 a epoch: the schedule's last step falls after the run, the nearest it can fit
+    assert errors_for(clean, "actor.optimizer.lr_scheduler_type=linear", "++total_train_steps=5",
+                      "total_train_epochs=2") == []
+    assert errors_for(clean, "++total_train_steps=6") == []  # a constant rate has nothing to fit
+
+
+def test_a_kl_penalty_with_a_reference_model_is_accepted(clean):
+    kl = ("actor.kl_ctl=0.05", "+ref=${actor}")  # the start policy, on an engine like the actor's
+    assert errors_for(clean, *kl) == []
+    assert errors_for(clean, *kl, "cluster.n_gpus_per_node=6") == [
+        "the engines need 8 GPUs (rollout 4 + actor 2 + ref 2) but cluster.n_nodes x "
+        "cluster.n_gpus_per_node = 1 x 6 = 6"]
+
+
+@pytest.mark.parametrize(("overrides", "fragment"), ONE_ERROR)
+def test_each_problem_is_one_sentence(clean, overrides, fragment):
+    errors = errors_for(clean, *overrides)
+    assert len(errors) == 1, errors
+    assert fragment in errors[0]
+    assert "\n" not in errors[0]
+
+
+def test_scheduling_spec_without_gpu(clean):
+    errors = errors_for(clean, "actor.scheduling_spec.0.gpu=0")  # rollout's spec interpolates actor's
+    assert errors == ["rollout.scheduling_spec[0].gpu is 0: its workers would get no GPU",
+                      "actor.scheduling_spec[0].gpu is 0: its workers would get no GPU"]
+
+
+def test_server_larger_than_a_node(clean):
+    errors = errors_for(clean, "rollout.backend=sglang:d1t16")
+    assert any("one sglang server of rollout.backend=sglang:d1t16 needs 16 GPUs, more than one node" in e
+               for e in errors)
+
+
+def test_slurm_takes_whole_nodes():
+    config = load("scheduler.type=slurm", "cluster.n_nodes=2", "rollout.backend=sglang:d4",
+                  "actor.backend=archon:d12").config
+    errors = check_gpus(config, engine_uses(config))
+    assert errors == [
+        "SLURM takes whole nodes: rollout uses 4 GPUs, not a multiple of cluster.n_gpus_per_node=8",
+        "SLURM takes whole nodes: actor uses 12 GPUs, not a multiple of cluster.n_gpus_per_node=8",
+    ]
+    ok = load("scheduler.type=slurm", "cluster.n_nodes=2", "rollout.backend=sglang:d4t2",
+              "actor.backend=archon:d4p2").config
+    assert check_gpus(ok, engine_uses(ok)) == []
+
+
+SHAPE_ERRORS = [
+    # model fields, backends, the one error
+    ({"num_attention_heads": 6, "num_key_value_heads": 2}, ["rollout.backend=sglang:d1t4"],
+     "rollout.backend=sglang:d1t4: 6 attention heads are not divisible by tp=4"),
+    ({"num_key_value_heads": 3, "num_attention_heads": 12}, ["rollout.backend=sglang:d1t2"],
+     "3 key/value heads must divide or be a multiple of tp=2"),
+    ({"num_key_value_heads": 1}, ["actor.backend=archon:d1t2"],
+     "actor.backend=archon:d1t2: 1 key/value heads must be divisible by tp=2"),
+    ({"num_hidden_layers": 2, "tie_word_embeddings": False}, ["actor.backend=archon:d1p4"],
+     "pp=4 exceeds the model's 2 layers"),
+    ({}, ["actor.backend=archon:d1p2"], "archon pipeline parallelism cannot split a model with tied"),
+    ({"tie_word_embeddings": False}, ["actor.backend=megatron:d1p3"], "28 layers are not divisible by pp=3"),
+    ({"num_attention_heads": 6, "num_key_value_heads": 6}, ["actor.backend=archon:d1t1c4"],
+     "6 attention heads are not divisible by tp x cp = 4"),
+    ({}, ["actor.backend=archon:d2e2"], "ep=2 but the model has no experts"),
+    ({"model_type": "qwen3_moe", "num_experts": 6}, ["actor.backend=archon:d4e4"],
+     "6 experts are not divisible by ep=4"),
+    ({"model_type": "llama"}, [], "archon does not support model type 'llama'"),
+]
+
+
+@pytest.mark.parametrize(("fields", "backends", "fragment"), SHAPE_ERRORS)
+def test_parallel_degrees_against_the_model_shape(clean, tmp_path, fields, backends, fragment):
+    model = write_model(tmp_path / "model", **fields)
+    # Tree training (config.yaml) refuses pp/cp > 1 on its own: off here, these are shape checks.
+    errors = errors_for(clean, f"actor.path={model}", "actor.enable_tree_training=false", *backends)
+    assert len(errors) == 1, errors
+    assert fragment in errors[0]
+
+
+def test_kv_heads_may_be_replicated_by_the_inference_server(clean, tmp_path):
+    model = write_model(tmp_path / "model", num_key_value_heads=2)
+    assert errors_for(clean, f"actor.path={model}", "rollout.backend=sglang:d1t4") == []
+
+
+def test_model_shape_unreadable_or_unchecked(clean, tmp_path):
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text("{")
+    errors = errors_for(clean, f"actor.path={broken}")
+    assert len(errors) == 1 and errors[0].startswith(f"cannot read the model shape from {broken}/config.json")
+    assert read_model_shape("Qwen/Qwen3-1.7B") is None  # a hub id: not checked here
+    shape = read_model_shape(str(write_model(tmp_path / "ok")))
+    assert (shape.num_heads, shape.num_kv_heads, shape.num_layers, shape.tied_embeddings) == (16, 8, 28, True)
+
+
+class _Models(http.server.BaseHTTPRequestHandler):
+    status = 200
+    body: dict = {}
+
+    def do_GET(self):  # noqa: N802 (http.server's naming)
+        payload = json.dumps(self.body).encode()
+        self.send_response(self.status)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def models_server() -> Iterator[type[_Models]]:
+    """An endpoint whose GET /v1/models answer each test sets."""
+    handler = type("Handler", (_Models,), {})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    handler.url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    try:
+        yield handler
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+def test_user_simulator_checks(clean, closed_port, models_server):
+    econfig = load(*clean).config.econfig
+    econfig.user_base_url = f"http://127.0.0.1:{closed_port}/v1"
+    (error,) = check_user_simulator(econfig, "local", timeout_s=2.0)
+    assert "is not reachable (ConnectError)" in error
+    econfig.solo_mode = True  # no user simulator at all: nothing to reach
+    assert check_user_simulator(econfig, "local") == []
+    econfig.solo_mode = False
+
+    econfig.user_base_url = models_server.url
+    models_server.body = {"object": "list", "data": [{"id": "qwen3-32b"}]}
+    assert check_user_simulator(econfig, "local") == [
+        f"the user simulator at {models_server.url} serves qwen3-32b, not econfig.user_model=user"]
+    models_server.body = {"data": [{"id": "user"}]}
+    assert check_user_simulator(econfig, "local") == []
+    models_server.status = 401
+    (error,) = check_user_simulator(econfig, "local")
+    assert "rejects the key in $TAU2_USER_API_KEY (HTTP 401)" in error
+    models_server.status = 404  # no model list: reachable is all that can be said
+    assert check_user_simulator(econfig, "local") == []
+    (error,) = check_user_simulator(econfig, "slurm")
+    assert "is a loopback address, which the rollout workers on other nodes cannot reach" in error
+
+
+def test_admin_key(monkeypatch):
+    monkeypatch.delenv("AREAL_ALLOW_DEFAULT_ADMIN_KEY", raising=False)
+    default = load().config
+    (error,) = check_admin_key(default, "10.1.2.3")
+    assert error.startswith("rollout.agent.admin_api_key is AReaL's public default, which its proxy refuses "
+                            "on 10.1.2.3")
+    assert check_admin_key(default, "127.0.0.1") == []
+    (error,) = check_admin_key(load("cluster.n_nodes=2").config, "127.0.0.1")
+    assert "on several nodes" in error
+    assert check_admin_key(load("rollout.agent.admin_api_key=s3cret").config, "10.1.2.3") == []
+    monkeypatch.setenv("AREAL_ALLOW_DEFAULT_ADMIN_KEY", "1")  # AReaL's own opt-out, single node only
+    assert check_admin_key(default, "10.1.2.3") == []
+    assert check_admin_key(load("scheduler.type=slurm").config, "10.1.2.3") != []
+
+
+def test_shared_directories(clean, tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    errors = errors_for(clean, f"cluster.fileroot={blocker}/experiments")
+    assert errors == [f"cluster.fileroot={blocker}/experiments does not exist and cannot be created "
+                      f"({blocker} is not a directory)"]
+    errors = errors_for(clean, "cluster.fileroot=")
+    assert errors == ["cluster.fileroot must be set"]
+    assert not (tmp_path / "fileroot").exists()  # validation creates nothing
+
+
+def test_slurm_paths_and_image(tmp_path):
+    image = tmp_path / "tau2.sif"
+    config = load("scheduler.type=slurm", f"cluster.fileroot={tmp_path}/root",
+                  f"cluster.name_resolve.nfs_record_root={tmp_path}/nr",
+                  f"++actor.scheduling_spec.0.image={image}").config
+    assert check_paths(config) == [
+        f"cluster.fileroot={tmp_path}/root is outside /storage, the only host directory AReaL's "
+        "SlurmScheduler binds into the workers' containers",
+        f"cluster.name_resolve.nfs_record_root={tmp_path}/nr is outside /storage, the only host directory "
+        "AReaL's SlurmScheduler binds into the workers' containers",
+        f"actor.scheduling_spec[0].image={image} does not exist; AReaL's SlurmScheduler runs every worker in "
+        "`singularity exec <image>`",
+    ]
+    image.write_text("")
+    assert len(check_paths(config)) == 2
+
+
+def test_validation_touches_nothing(clean, tmp_path):
+    """Validation reads; the run creates the directories (tau2_train.run)."""
+    validate(load(*clean).config)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+
+def test_reference_and_critic_engines_count(tmp_path):
+    own = tmp_path / "ppo.yaml"
+    section = ("  experiment_name: ${{experiment_name}}\n  trial_name: ${{trial_name}}\n"
+               "  path: ${{actor.path}}\n  backend: {backend}\n")
+    own.write_text(CONFIG.read_text() + "\nref:\n" + section.format(backend="archon:d1")
+                   + "critic:\n" + section.format(backend="archon:d1")
+                   + "  scheduling_strategy:\n    type: colocation\n    target: actor\n")
+    unused_ref = load_config(["--config", str(own)]).config  # kl_ctl is 0: PPOTrainer builds no ref
+    assert [(u.role, u.gpus) for u in engine_uses(unused_ref)] == [
+        ("rollout", 4), ("actor", 2), ("critic", 0)]
+    config = load_config(["--config", str(own), "actor.kl_ctl=0.01"]).config
+    assert [(u.role, u.gpus) for u in engine_uses(config)] == [
+        ("rollout", 4), ("actor", 2), ("ref", 1), ("critic", 0)]
+    config.cluster.n_gpus_per_node = 6
+    assert check_gpus(config, engine_uses(config)) == [
+        "the engines need 7 GPUs (rollout 4 + actor 2 + ref 1) but cluster.n_nodes x "
+        "cluster.n_gpus_per_node = 1 x 6 = 6"]
+
+
+@pytest.mark.parametrize(("overrides", "fragment"), [
+    (["actor.backend=archon:d1p2", "actor.enable_tree_training=true"],
+     "tree_training=true needs pipeline and context parallel sizes of 1 in AReaL 1.0.4, got archon:d1p2: "
+     "drop actor.enable_tree_training=true to train without prefix sharing (the plan says what it costs), or "
+     "use pp=1 and cp=1 (e.g. archon:d2t1)"),
+    (["actor.backend=archon:d1c2", "actor.enable_tree_training=true"],
+     "tree_training=true needs pipeline and context parallel sizes of 1"),
+    (["actor.mb_spec.max_tokens_per_mb=40000"], "must be a multiple of 128"),
+    (["actor.backend=archon:d1t3", "actor.mb_spec.max_tokens_per_mb=33280"], "must be a multiple of 384"),
+    (["actor.mb_spec.max_tokens_per_mb=16384"], "is below the longest sequence the rollout allows"),
+    (["actor.archon.enable_compile=false"], "needs actor.archon.enable_compile"),
+])
+def test_tree_training_refusals(clean, overrides, fragment):
+    tree = [e for e in errors_for(clean, *overrides) if "tree" in e or "max_tokens_per_mb" in e]
+    assert len(tree) == 1 and fragment in tree[0], tree
+    assert errors_for(clean, *overrides, "actor.enable_tree_training=false") == [
+        e for e in errors_for(clean, *overrides) if e not in tree]
+
+
+def test_an_allocation_with_pipeline_parallelism_turns_the_default_prefix_sharing_off(clean):
+    loaded = load(*clean, "actor.backend=archon:d1p2")
+    assert not loaded.config.actor.enable_tree_training
+    assert len(loaded.notes) == 1
+    assert loaded.notes[0].startswith("off: actor.backend=archon:d1p2 has pp=2, cp=1")
+    assert "5.4-7.3x slower ppo_update" in loaded.notes[0]
+    assert not [e for e in validate(loaded.config) if "tree" in e]
+    # the effective argv carries the change, so that the run loads what was checked
+    assert "++actor.enable_tree_training=false" in loaded.argv
+    # without pp or cp the default stays on and nothing is noted
+    plain = load(*clean)
+    assert plain.config.actor.enable_tree_training and plain.notes == ()
+
+
+def test_tree_training_with_a_critic_is_refused(tmp_path, clean):
+    own = tmp_path / "critic.yaml"
+    own.write_text(CONFIG.read_text() + "\ncritic:\n  experiment_name: ${experiment_name}\n"
+                   "  trial_name: ${trial_name}\n  path: ${actor.path}\n  backend: archon:d1\n")
+    errors = validate(load_config(["--config", str(own), *clean]).config)
+    assert "actor.enable_tree_training does not work with a critic (AReaL has no tree critic)" in errors
