@@ -33,8 +33,8 @@ from areal.infra.rpc.rtensor import RTensor
 from examples.tau2.compat.areal_serving import AREAL_RENDERING, SERVING_ENGINE_ENV, ServingSGLangEngine
 from examples.tau2.cpu.scripted_endpoint import EndpointThread
 from examples.tau2.cpu.scripted_sglang import TASK, ScriptedSGLang, rollout_config, rollout_controller
+from examples.tau2.runtime.logs import setup_runtime
 from examples.tau2.tau2_train import WORKFLOW
-from examples.tau2.tau2_utils import setup_runtime
 
 ENGINES = {"areal": RemoteSGLangEngine, "partial": ServingSGLangEngine}
 TURNS_PER_EPISODE = 2

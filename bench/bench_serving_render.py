@@ -16,7 +16,7 @@ import statistics
 import time
 
 from examples.tau2.compat.serving_render import ServingEngine
-from examples.tau2.tau2_utils import setup_runtime
+from examples.tau2.runtime.logs import setup_runtime
 from examples.tau2.training.parity import InProcessProxy, default_tokenizer_dir, record_cases
 
 RENDERINGS: dict[str, ServingEngine | None] = {"areal (own)": None, "sglang": ServingEngine.SGLANG,

@@ -2,7 +2,7 @@
 # Create (or refresh) the project's virtual environment from the pinned lock file.
 #
 # Idempotent: a stamp records the hash of the lock file and pyproject.toml, so a second run costs ~1 s.
-# First time: ~2 min, 3.5 GB (measured in README.md, Troubleshooting).
+# First-time time and size: examples/tau2/docs/troubleshooting.md.
 # Env vars: VENV (default .venv), PYTHON (default python3.11),
 # TORCH_INDEX_URL (an index that serves the torch==2.13.0 CPU wheel, for machines without it).
 set -euo pipefail

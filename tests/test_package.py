@@ -1,4 +1,4 @@
-"""Importing any module of the package changes no global state.
+"""Importing any module of the package changes no global state, and every module path we name exists.
 
 The one named exception: `examples/tau2/__init__.py` sets LITELLM_LOCAL_MODEL_COST_MAP when the user
 has not (it must precede tau2's import of litellm). Everything else — tau2's loguru routing, the tau2
@@ -11,6 +11,7 @@ import ast
 import json
 import os
 import pkgutil
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -112,3 +113,70 @@ def test_the_package_sets_only_the_litellm_cost_map_default():
     assert _run(code, env) == {"env": {"LITELLM_LOCAL_MODEL_COST_MAP": "True"}, "rest": {}}
     env["LITELLM_LOCAL_MODEL_COST_MAP"] = "False"  # the user's own choice stands
     assert _run(code, env) == {"env": {}, "rest": {}}
+
+
+DOTTED = re.compile(r"\bexamples\.tau2(?:\.\w+)+")
+"""A module path or object path in code, configs, scripts and docs: the strings AReaL's workers import
+(workflows, the group filter, config classes) and the `python -m` commands the docs give."""
+
+
+def _defines(module_file: Path, name: str) -> bool:
+    """Whether a module defines `name` at top level (read, not imported: some need vLLM's venv)."""
+    tree = ast.parse(module_file.read_text())
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and node.name == name:
+            return True
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+            node, ast.AnnAssign) else []
+        if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+            return True
+    return False
+
+
+def _resolves(dotted: str) -> bool:
+    parts = dotted.split(".")
+    for n in range(len(parts), 1, -1):  # the longest prefix that is a module or package, then attributes
+        base = REPO.joinpath(*parts[:n])
+        module = base / "__init__.py" if base.is_dir() else base.with_suffix(".py")
+        if module.is_file():
+            rest = parts[n:]
+            return not rest or rest[0].startswith("__") or (len(rest) <= 2 and _defines(module, rest[0]))
+    return False
+
+
+def test_every_module_path_in_code_configs_and_docs_exists():
+    """A module moved or renamed without its import strings, `python -m` commands and docs fails here."""
+    tracked = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True,
+                             check=True).stdout.split()
+    named: dict[str, set[str]] = {}
+    for rel in tracked:
+        if (Path(rel).suffix in (".py", ".md", ".yaml", ".sh", ".toml") and (REPO / rel).is_file()
+                and rel != "tests/test_package.py"):  # this file names wrong paths on purpose
+            for dotted in DOTTED.findall((REPO / rel).read_text(encoding="utf-8")):
+                named.setdefault(dotted.rstrip("."), set()).add(rel)
+    assert "examples.tau2.training.group_filter.drop_uniform_groups" in named
+    assert not _resolves("examples.tau2.tau2_filter.drop_uniform_groups")  # the module's old home
+    assert not _resolves("examples.tau2.training.group_filter.keep_uniform_groups")
+    missing = {d: sorted(files) for d, files in named.items() if not _resolves(d)}
+    assert not missing, missing
+
+
+REPO_PATH = re.compile(r"\b(?:examples|scripts|tests|bench|requirements)/[\w./-]*\w")
+LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
+
+
+def test_every_file_the_docs_name_or_link_exists():
+    """Repository paths in the Markdown (`examples/...`, `scripts/...`, ...) and relative links exist."""
+    tracked = subprocess.run(["git", "ls-files", "*.md"], cwd=REPO, capture_output=True, text=True,
+                             check=True).stdout.split()
+    missing = []
+    for rel in tracked:
+        text = (REPO / rel).read_text(encoding="utf-8")
+        for path in REPO_PATH.findall(text):
+            if not any(p.exists() for p in (REPO / path, REPO / Path(rel).parent / path)):
+                missing.append(f"{rel}: {path}")
+        for target in LINK.findall(text):
+            if not target.startswith(("http://", "https://", "mailto:")) and not (
+                    REPO / Path(rel).parent / target).exists():
+                missing.append(f"{rel}: link {target}")
+    assert not missing, "\n".join(missing)

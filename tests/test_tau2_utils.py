@@ -3,22 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
-import os
-import subprocess
-import sys
-import textwrap
 
 import pytest
 
-from examples.tau2.tau2_utils import (
-    EpisodeResult,
-    TaskRef,
-    Tau2EnvConfig,
-    Termination,
-    setup_runtime,
-    shape_reward,
-    write_atomic,
-)
+from examples.tau2.tau2_utils import EpisodeResult, TaskRef, Tau2EnvConfig, Termination, shape_reward
 
 OK = dict(user_base_url="http://127.0.0.1:1/v1", user_model="u")
 
@@ -77,57 +65,3 @@ def test_metrics_one_hot_termination():
                   termination=Termination.USER_STOP, messages=[], note="", dump_path="")
     m = EpisodeResult(**fields).metrics()
     assert m["termination/user_stop"] == 1.0 and m["termination/agent_stop"] == 0.0
-
-
-def test_write_atomic_replaces_whole_file(tmp_path):
-    p = tmp_path / "a" / "b.txt"
-    write_atomic(p, "one")
-    write_atomic(p, "two")
-    assert p.read_text() == "two" and [f.name for f in p.parent.iterdir()] == ["b.txt"]
-    umask = os.umask(0)
-    os.umask(umask)
-    assert p.stat().st_mode & 0o777 == 0o666 & ~umask
-
-
-def test_setup_runtime_filters_tau2_records_only(capfd):
-    """tau2's loguru records pass at the chosen level; other loguru users keep loguru's default."""
-    from loguru import logger
-
-    tau2_logger = logger.patch(lambda r: r.update(name="tau2.registry"))
-    other = logger.patch(lambda r: r.update(name="somebody.else"))
-    setup_runtime("WARNING")
-    tau2_logger.debug("hidden-debug")
-    tau2_logger.warning("shown-warning")
-    other.debug("other-debug")
-    setup_runtime("OFF")
-    tau2_logger.error("hidden-error")
-    setup_runtime("OFF")  # idempotent: still one handler
-    other.info("other-once")
-    err = capfd.readouterr().err
-    assert "shown-warning" in err and "hidden-debug" not in err and "hidden-error" not in err
-    assert "other-debug" in err and err.count("other-once") == 1
-    with pytest.raises(ValueError, match="is not a loguru level"):
-        setup_runtime("LOUD")
-    setup_runtime("ERROR")
-
-
-@pytest.mark.parametrize("body,code,stderr", [
-    ("return 3", 3, ""),
-    ("raise ValueError('bad config: lr')", 1, "ValueError: bad config: lr"),
-    ("raise SystemExit('usage: learn ...')", 1, "usage: learn ..."),
-    ("raise SystemExit(2)", 2, ""),
-    ("raise SystemExit(None)", 0, ""),
-])
-def test_exit_after_keeps_the_exit_code_and_the_error(body, code, stderr):
-    """A command's exception is printed, not swallowed by the immediate exit."""
-    script = textwrap.dedent(f"""
-        from examples.tau2.tau2_utils import exit_after
-        def main():
-            {body}
-        exit_after(main)
-    """)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
-    assert done.returncode == code
-    assert stderr in done.stderr
-    if code == 1 and "Error" in stderr:
-        assert "Traceback (most recent call last)" in done.stderr

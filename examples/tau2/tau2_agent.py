@@ -50,6 +50,8 @@ from examples.tau2.episode import domain as tau2_domain
 from examples.tau2.episode.dump import write_episode_dump
 from examples.tau2.episode.group_baseline import GroupBaseline
 from examples.tau2.episode.llm import ChatEndpoint, InvalidOutput, parse_reply, to_openai_messages
+from examples.tau2.runtime.files import fingerprint
+from examples.tau2.runtime.logs import setup_runtime
 from examples.tau2.tau2_utils import (
     EpisodeRejected,
     EpisodeResult,
@@ -57,9 +59,7 @@ from examples.tau2.tau2_utils import (
     TaskRef,
     Tau2EnvConfig,
     Termination,
-    fingerprint,
     logger,
-    setup_runtime,
     shape_reward,
 )
 

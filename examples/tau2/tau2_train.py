@@ -19,21 +19,21 @@ from pathlib import Path
 from typing import Any
 
 from examples.tau2.curriculum import sampler as tau2_curriculum
-from examples.tau2.tau2_utils import Tau2EnvConfig, exit_after, setup_runtime, stop_descendants
-from examples.tau2.training.config import ConfigError, LoadedConfig, Tau2PPOConfig, load_config
+from examples.tau2.runtime.logs import setup_runtime
+from examples.tau2.runtime.process import exit_after, stop_descendants
+from examples.tau2.tau2_utils import Tau2EnvConfig
+from examples.tau2.training.config import ConfigError, LoadedConfig, Tau2PPOConfig, load_config, pop_dry_run
 
 logger = logging.getLogger("tau2_areal.train")
 
 WORKFLOW = "examples.tau2.tau2_agent.Tau2AgentWorkflow"
 GROUP_FILTER = "examples.tau2.training.group_filter.drop_uniform_groups"
-DRY_RUN_FLAG = "--dry-run"
 
 
 def main(argv: list[str] | None = None) -> int:
     """Load and check the config; print the plan (`--dry-run`) or train. Exit status 0/1/2."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    dry_run = DRY_RUN_FLAG in argv
-    argv = [a for a in argv if a != DRY_RUN_FLAG]
+    dry_run, argv = pop_dry_run(argv)
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s: %(message)s")
     try:

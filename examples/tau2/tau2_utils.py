@@ -1,26 +1,18 @@
-"""Small typed core shared by the workflow, training entry and evaluation.
+"""The typed core shared by the workflow, the training entry and evaluation.
 
 `Tau2EnvConfig` is the `econfig` section of the training config and the kwargs of the workflow;
-`EpisodeResult` is what one episode produces; the two enums name every way an episode can end.
-`setup_runtime` is the one explicit process set-up (tau2's logging); importing changes nothing.
+`EpisodeResult` is what one episode produces; the two enums name every way an episode can end;
+`shape_reward` is the reward the workflow returns. Process plumbing (files, logging, exits) lives in
+`runtime/`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import enum
-import json
 import logging
-import os
-import re
-import sys
-import tempfile
-import traceback
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 logger = logging.getLogger("tau2_areal")
 
@@ -296,133 +288,3 @@ def shape_reward(
     return float(reward)
 
 
-_THINK_RE = re.compile(r"<think>.*?</think>\s*", re.DOTALL)
-
-
-def strip_reasoning(text: str | None) -> str | None:
-    """Remove `<think>...</think>` blocks (AReaL's proxy returns them inside `content`)."""
-    if text is None:
-        return None
-    stripped = _THINK_RE.sub("", text)
-    if "</think>" in stripped:  # template opened <think> in the prompt: only the closing tag is generated
-        stripped = stripped.split("</think>", 1)[1]
-    return stripped.strip()
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write a file so that readers never see it half-written."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the file normal permissions
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def fingerprint(value: Any) -> str:
-    """sha256 hex of a string, or of any other JSON value in canonical form (sorted keys)."""
-    import hashlib
-
-    text = value if isinstance(value, str) else json.dumps(
-        value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def dump_json(path: Path, obj: Any) -> None:
-    write_atomic(path, json.dumps(obj, indent=2, ensure_ascii=False, default=str))
-
-
-_tau2_log_handler: int | None = None
-_tau2_log_level: str | None = None
-
-
-def exit_after(main: Callable[[], int]) -> NoReturn:
-    """Run a command's `main` and leave with its exit code at once.
-
-    AReaL can leave non-daemon threads behind (e.g. when its start-up fails), which would keep the
-    process alive forever; the commands stop every child process themselves before returning.
-    """
-    code = 1
-    try:
-        code = main()
-    except SystemExit as e:  # argparse and sys.exit: what the interpreter would have printed and returned
-        if isinstance(e.code, int) or e.code is None:
-            code = e.code or 0
-        else:
-            print(e.code, file=sys.stderr)
-    except BaseException:  # os._exit skips the interpreter's own report: print the traceback here
-        traceback.print_exc()
-    finally:
-        hard_exit(code)
-
-
-def hard_exit(code: int) -> NoReturn:
-    """Flush stdout and stderr, then leave at once: no atexit handlers, no waiting on leftover threads."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
-
-
-def stop_descendants(timeout_s: float = 15.0) -> list[int]:
-    """Terminate (then kill) every process this one started, directly or not; returns their pids.
-
-    AReaL's workers, proxies and inference servers are all descendants of the controller. Its own
-    clean-up covers a normal exit; this covers a run that fails half-way through start-up.
-    """
-    import psutil
-
-    children = psutil.Process().children(recursive=True)
-    for c in children:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            c.terminate()
-    _, alive = psutil.wait_procs(children, timeout=timeout_s)
-    for c in alive:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            c.kill()
-    return [c.pid for c in children]
-
-
-def console_logging(*loggers: logging.Logger) -> None:
-    """These loggers' lines on stderr. AReaL's `getLogger` replaces the root logger and its manager,
-    so handlers on the root do not reliably reach loggers created before; each gets its own."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s: %(message)s"))
-    for lg in loggers:
-        if not lg.handlers:
-            lg.addHandler(handler)
-        lg.setLevel(logging.INFO)
-        lg.propagate = False
-
-
-def setup_runtime(tau2_log_level: str = "ERROR") -> None:
-    """The process set-up every entry point and `Tau2AgentWorkflow` run first. Idempotent.
-
-    tau2 logs through loguru at DEBUG (~800 lines per episode, ~30 when its registry is imported).
-    This replaces loguru's default stderr handler with one that passes tau2's records only at
-    `tau2_log_level` or above ("OFF": none) and everything else as before. Entry points call it before
-    they import tau2, so that its import-time lines are filtered too.
-    """
-    global _tau2_log_handler, _tau2_log_level
-    level = tau2_log_level.upper()
-    if level not in TAU2_LOG_LEVELS:
-        raise ValueError(f"tau2_log_level {tau2_log_level!r} is not a loguru level or OFF")
-    if level == _tau2_log_level:
-        return
-    from loguru import logger as loguru_logger
-
-    if _tau2_log_handler is None:
-        with contextlib.suppress(ValueError):  # loguru's default handler, unless someone removed it
-            loguru_logger.remove(0)
-    else:
-        loguru_logger.remove(_tau2_log_handler)
-    others = os.environ.get("LOGURU_LEVEL", "DEBUG")  # what loguru's default handler passes
-    _tau2_log_handler = loguru_logger.add(
-        sys.stderr, level="TRACE", filter={"": others, "tau2": False if level == "OFF" else level}
-    )
-    _tau2_log_level = level

@@ -1,7 +1,7 @@
 """The CPU smoke run: config checks, result checks, and (slow) the whole RL loop at CI size.
 
 The end-to-end test runs `python -m examples.tau2.cpu.smoke` with CI_OVERRIDES: AReaL's PPOTrainer with
-a vLLM CPU server, FSDP on CPU and the scripted user, for two optimizer steps. It asserts what the
+a vLLM CPU server, archon on CPU and the scripted user, for two optimizer steps. It asserts what the
 smoke run promises: steps applied, weights changed, rollout and trainer logprobs agreeing (ratio
 within 1 +- 0.05), rows trained, episodes dumped, a plot, and no process left behind.
 """

@@ -33,7 +33,7 @@ from examples.tau2.eval.evaluate import (
 from examples.tau2.eval.metrics import pass_at_k, pass_hat_k
 from examples.tau2.tau2_utils import Tau2EnvConfig
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 MOCK_TASKS = ["create_task_1", "update_task_1", "impossible_task_1"]  # oracle scores 1.0 on each
 # create_task_1 succeeds in 3/3 trials, update_task_1 in 1/3 (trial 0), impossible_task_1 in 0/3;
 # 100 ms per policy request, so a run can be interrupted part way.
@@ -408,6 +408,22 @@ def test_config_econfig_section_is_read_and_flags_override_it(tmp_path):
 
 
 TRAINING_CONFIG = REPO / "examples" / "tau2" / "config.yaml"
+
+
+def test_config_overrides_layer_variants_as_training_does():
+    """`--config-override` composes as training's loader does: a variant, then a value over it."""
+    from examples.tau2.cpu.smoke_config import load_smoke_config
+
+    smoke, _, _ = load_smoke_config(["econfig.max_steps=9"])
+    plan = parse("--config", str(TRAINING_CONFIG), "--config-override", "+configs=smoke_cpu",
+                 "--config-override", "econfig.max_steps=9")
+    assert plan.env.max_steps == 9 and plan.env.user_model == smoke.econfig.user_model == "user-scenario"
+    assert plan.env.max_errors == smoke.econfig.max_errors != Tau2EnvConfig.max_errors
+    assert plan.session()["config_overrides"] == ["+configs=smoke_cpu", "econfig.max_steps=9"]
+    with pytest.raises(ValueError, match="cannot read the `econfig` section.*nowhere"):
+        parse("--config", str(TRAINING_CONFIG), "--config-override", "+configs=nowhere")
+    with pytest.raises(ValueError, match="--config-override needs --config"):
+        parse("--config-override", "econfig.max_steps=9")
 
 
 def test_training_config_episode_settings_are_used():

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from examples.tau2.eval import evaluate as tau2_eval
+from examples.tau2.runtime.files import fingerprint
 from examples.tau2.sft.data import (
     ExportError,
     ExportFilters,
@@ -33,7 +34,6 @@ from examples.tau2.sft.data import (
     write_export,
 )
 from examples.tau2.tau2_agent import TASK_HEADER
-from examples.tau2.tau2_utils import fingerprint
 
 MOCK_TASKS = 9
 SOLVED = ["create_task_1", "create_task_1_nl_eval", "create_task_1_with_env_assertions", "impossible_task_1",

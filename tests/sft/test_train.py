@@ -16,7 +16,7 @@ from examples.tau2.eval import evaluate as tau2_eval
 from examples.tau2.sft.data import ExportFilters, build_rows, encode_rows, write_export
 from examples.tau2.sft.train import check_config, load_sft_config, main
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SFT_YAML = REPO / "examples" / "tau2" / "sft.yaml"
 
 

@@ -46,7 +46,7 @@ from examples.tau2.training.recover import (
 from examples.tau2.training.validate import build_plan, format_plan, validate
 from tests.tau2_train_support import clean_overrides, load
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _config(tmp_path: Path, *overrides: str):
@@ -229,7 +229,7 @@ def test_watchdog_exits_the_process_when_the_interrupt_does_not_stop_the_run(clo
     # Without the exit the script would sleep 600 s and the run's timeout would fail the test; how long
     # the fresh interpreter takes to import is not this test's business.
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
-                          cwd=Path(__file__).resolve().parents[1])
+                          cwd=Path(__file__).resolve().parents[2])
     assert done.returncode == 1
     assert "not reached" not in done.stdout
     assert "the run did not stop within 1 s of the interrupt; exiting: the inference server at" in done.stderr

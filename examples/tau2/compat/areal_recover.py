@@ -148,7 +148,7 @@ class ServerWatchdog:
 
 def exit_now(message: str) -> None:
     """Log `message`, stop every child process, exit with status 1 (from any thread)."""
-    from examples.tau2.tau2_utils import hard_exit, stop_descendants
+    from examples.tau2.runtime.process import hard_exit, stop_descendants
 
     logger.error("%s", message)
     stop_descendants()

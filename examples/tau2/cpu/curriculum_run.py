@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=2)
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
-    from examples.tau2.tau2_utils import setup_runtime
+    from examples.tau2.runtime.logs import setup_runtime
 
     setup_runtime("ERROR")  # before tau2 is imported: it logs at import
     logging.basicConfig(level=logging.WARNING, format="%(message)s")

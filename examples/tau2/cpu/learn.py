@@ -37,7 +37,8 @@ from pathlib import Path
 
 from examples.tau2.cpu import smoke
 from examples.tau2.cpu.smoke_config import MAIN_CONFIG, Tau2SmokeConfig, check_config, load_smoke_config
-from examples.tau2.tau2_utils import stop_descendants
+from examples.tau2.runtime.charts import new_figure, save_png
+from examples.tau2.runtime.process import stop_descendants
 
 logger = logging.getLogger("tau2_areal.learn")
 
@@ -259,15 +260,10 @@ def task_table(results: list[SeedResult]) -> str:
 
 
 def plot(out: Path, results: list[SeedResult]) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     panels = [("episode reward (before centering)", REWARD),
               ("τ² success rate of the step's episodes", SUCCESS), ("entropy", ENTROPY),
               ("exp(trainer - rollout logprob)", None)]
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4))
+    fig, axes = new_figure(4.2 * len(panels), 3.4, panels=len(panels), dpi=100)
     for r in results:
         stats = smoke.read_stats(out / f"seed{r.seed}" / "stats.jsonl")
         steps = [int(s["global_step"]) + 1 for s in stats]
@@ -280,11 +276,7 @@ def plot(out: Path, results: list[SeedResult]) -> Path:
         ax.grid(alpha=0.3)
     axes[0].legend()
     fig.suptitle("tau2 mock, tiny Qwen3 on CPU: RL training curves")
-    fig.tight_layout()
-    path = out / "learn_curves.png"
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_png(fig, out / "learn_curves.png")
 
 
 def table(results: list[SeedResult], trials: int) -> str:
@@ -319,10 +311,10 @@ def main(argv: list[str] | None = None) -> int:
     bad = [o for o in overrides if "=" not in o]
     if bad:
         parser.error(f"unrecognized arguments: {' '.join(bad)} (overrides are key=value)")
-    from examples.tau2.tau2_utils import setup_runtime
+    from examples.tau2.runtime.logs import setup_runtime
 
     setup_runtime()
-    smoke.console_logging()
+    smoke.log_progress()
     if not logger.handlers:
         logger.addHandler(logging.StreamHandler(sys.stderr))
     logger.setLevel(logging.INFO)
@@ -347,6 +339,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from examples.tau2.tau2_utils import exit_after
+    from examples.tau2.runtime.process import exit_after
 
     exit_after(main)

@@ -479,7 +479,7 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     args = parser.parse_args()
-    from examples.tau2.tau2_utils import setup_runtime
+    from examples.tau2.runtime.logs import setup_runtime
 
     setup_runtime()
     web.run_app(ScriptedEndpoint().app(), host=args.host, port=args.port, access_log=None,

@@ -9,7 +9,7 @@ The config is config.yaml with the configs/smoke_cpu.yaml variant over it (`smok
 3. Serves the scripted user simulator (`cpu.scripted_endpoint`, model `user-scenario`) at
    `econfig.user_base_url`, so no API key and no second model are needed.
 4. Runs AReaL's `PPOTrainer` (as `compat.areal_cpu.CpuPPOTrainer`): `Tau2AgentWorkflow` episodes through
-   AReaL's proxy and a vLLM CPU server, FSDP training on CPU, disk weight updates into vLLM.
+   AReaL's proxy and a vLLM CPU server, archon training on CPU, disk weight updates into vLLM.
 5. Checks the result: at least `smoke.min_optimizer_steps` steps trained, the weights changed, and
    the ratio exp(trainer logprob - rollout logprob) of every trained token (and its mean), from
    AReaL's own `compute_logp/kl_div_direct` statistics, is within 1 +- `smoke.logprob_ratio_tolerance`
@@ -39,7 +39,10 @@ from examples.tau2.cpu.smoke_config import (
     user_endpoint_port,
 )
 from examples.tau2.cpu.tiny_model import TinyModelRecipe, ensure_tiny_model, load_info
-from examples.tau2.tau2_utils import exit_after, setup_runtime, stop_descendants
+from examples.tau2.runtime.charts import new_figure, save_png
+from examples.tau2.runtime.files import latest_saved_model
+from examples.tau2.runtime.logs import console_logging, setup_runtime
+from examples.tau2.runtime.process import exit_after, stop_descendants
 
 logger = logging.getLogger("tau2_areal.smoke")
 
@@ -131,14 +134,6 @@ def compare_weights(initial_dir: Path, final_dir: Path) -> tuple[int, int, float
     return changed, len(common), diff / max(norm, 1e-12)
 
 
-def latest_checkpoint(config: Tau2SmokeConfig) -> Path | None:
-    from areal.utils.saver import Saver
-
-    saver = config.saver
-    root = Path(Saver.get_save_root(saver.experiment_name, saver.trial_name, saver.fileroot))
-    found = sorted(root.glob("**/config.json"), key=lambda p: p.stat().st_mtime)
-    return found[-1].parent if found else None
-
 
 def logprob_ratios(stats: list[dict[str, float]]) -> tuple[list[float], list[float], list[float]]:
     """(mean, min, max) per step of the trainer-to-rollout probability ratio of the trained tokens."""
@@ -150,11 +145,6 @@ def logprob_ratios(stats: list[dict[str, float]]) -> tuple[list[float], list[flo
 
 def plot_curves(stats: list[dict[str, float]], path: Path, tolerance: float) -> None:
     """Reward, loss, entropy and the logprob ratio (with its pass band) per step, as one PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     steps = [int(s["global_step"]) + 1 for s in stats]
     panels = [
         ("reward (mean over rows)", _series(stats, "ppo_actor/task_reward/avg", "rollout/reward")),
@@ -162,7 +152,7 @@ def plot_curves(stats: list[dict[str, float]], path: Path, tolerance: float) -> 
         ("entropy", _series(stats, "ppo_actor/update/entropy/avg")),
         ("exp(trainer - rollout logprob)", logprob_ratios(stats)[0]),
     ]
-    fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.2))
+    fig, axes = new_figure(4 * len(panels), 3.2, panels=len(panels), dpi=100)
     for ax, (title, values) in zip(axes, panels, strict=True):
         ax.plot(steps, values, marker="o")
         ax.set_title(title)
@@ -174,16 +164,14 @@ def plot_curves(stats: list[dict[str, float]], path: Path, tolerance: float) -> 
     ratio_ax.set_ylim(1 - 2 * tolerance, 1 + 2 * tolerance)
     ratio_ax.legend(loc="lower right")
     fig.suptitle("tau2 smoke run on CPU (tiny Qwen3, mock domain)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_png(fig, path)
 
 
 def evaluate_run(config: Tau2SmokeConfig, stats: list[dict[str, float]], initial_model: Path,
                  timings: dict[str, float], paths: dict[str, str]) -> SmokeResult:
     tol = config.smoke.logprob_ratio_tolerance
     ratio, ratio_min, ratio_max = logprob_ratios(stats)
-    checkpoint = latest_checkpoint(config)
+    checkpoint = latest_saved_model(config.saver)
     changed, total, rel = (0, 0, 0.0)
     problems = []
     if checkpoint is None:
@@ -348,19 +336,15 @@ def run(config_file: Path, overrides: list[str], config: Tau2SmokeConfig) -> Smo
     return result
 
 
-def console_logging() -> None:
-    """Progress of this project's loggers on stderr, whatever AReaL does to the root logger.
-
-    AReaL's `getLogger` replaces the root logger and its manager on every call, so handlers on the
-    root (`basicConfig`) do not reliably reach loggers created before; these get their own.
-    """
+def log_progress() -> None:
+    """Progress of this project's loggers on stderr, whatever AReaL does to the root logger."""
     from examples.tau2 import tau2_utils
     from examples.tau2.compat import areal_cpu, areal_recover
     from examples.tau2.cpu import tiny_model
     from examples.tau2.training import recover as tau2_recover
 
-    tau2_utils.console_logging(logger, tau2_utils.logger, tiny_model.logger, areal_cpu.logger,
-                               tau2_recover.logger, areal_recover.logger)
+    console_logging(logger, tau2_utils.logger, tiny_model.logger, areal_cpu.logger, tau2_recover.logger,
+                    areal_recover.logger)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -371,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"smoke: {e}", file=sys.stderr)
         return 2
     setup_runtime(config.econfig.tau2_log_level)
-    console_logging()
+    log_progress()
     errors = check_config(config)
     if errors:
         for e in errors:

@@ -11,7 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from examples.tau2.tau2_utils import EpisodeResult, dump_json, write_atomic
+from examples.tau2.runtime.files import dump_json, write_atomic
+from examples.tau2.tau2_utils import EpisodeResult
 
 
 def _safe(name: str) -> str:

@@ -9,6 +9,7 @@ or into a typed `InvalidOutput` when the model's reply is not a valid turn.
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -32,9 +33,22 @@ from tenacity import (
     wait_exponential,
 )
 
-from examples.tau2.tau2_utils import EpisodeRejected, RejectReason, Termination, strip_reasoning
+from examples.tau2.tau2_utils import EpisodeRejected, RejectReason, Termination
 
 _RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
+
+
+_THINK_RE = re.compile(r"<think>.*?</think>\s*", re.DOTALL)
+
+
+def strip_reasoning(text: str | None) -> str | None:
+    """Remove `<think>...</think>` blocks (AReaL's proxy returns them inside `content`)."""
+    if text is None:
+        return None
+    stripped = _THINK_RE.sub("", text)
+    if "</think>" in stripped:  # template opened <think> in the prompt: only the closing tag is generated
+        stripped = stripped.split("</think>", 1)[1]
+    return stripped.strip()
 
 
 def to_openai_messages(messages: list[Message]) -> list[dict[str, Any]]:

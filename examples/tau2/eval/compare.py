@@ -26,7 +26,6 @@ import dataclasses
 import json
 import logging
 import math
-import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -51,7 +50,8 @@ from examples.tau2.eval.metrics import (
     task_counts,
     task_values,
 )
-from examples.tau2.tau2_utils import dump_json, write_atomic
+from examples.tau2.runtime.charts import new_figure, save_png
+from examples.tau2.runtime.files import dump_json, write_atomic
 
 logger = logging.getLogger("tau2_areal.compare")
 
@@ -439,22 +439,6 @@ def format_comparison(cmp: Comparison) -> str:
 # ---------------------------------------------------------------- charts
 
 
-def _save(fig: Any, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    fig.savefig(tmp, format="png")
-    os.replace(tmp, path)
-
-
-def _figure(width: float, height: float, panels: int = 1) -> tuple[Any, list[Any]]:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width, height), dpi=120, layout="constrained")
-    FigureCanvasAgg(fig)
-    axes = fig.subplots(1, panels, squeeze=False)[0]
-    return fig, list(axes)
-
-
 def _offsets(count: int, spread_width: float = 0.3) -> list[float]:
     return [0.0] if count == 1 else [spread_width * (i / (count - 1) - 0.5) for i in range(count)]
 
@@ -462,7 +446,7 @@ def _offsets(count: int, spread_width: float = 0.3) -> list[float]:
 def write_aggregate_chart(agg: Aggregate, path: Path) -> None:
     """pass^k against k, mean with ± sd bars, one series per domain and a dashed one for all tasks."""
     ks = np.arange(1, agg.max_k + 1)
-    fig, (ax,) = _figure(6.4, 4.2)
+    fig, (ax,) = new_figure(6.4, 4.2)
     groups = agg.groups()
     for g, dx in zip(groups, _offsets(len(groups), 0.2), strict=True):
         means = [np.nan if g.pass_hat_k[k].mean is None else g.pass_hat_k[k].mean for k in ks]
@@ -474,14 +458,14 @@ def write_aggregate_chart(agg: Aggregate, path: Path) -> None:
            title=f"pass^k over {len(agg.runs)} runs (mean ± sd)")
     ax.grid(alpha=0.3)
     ax.legend()
-    _save(fig, path)
+    save_png(fig, path)
 
 
 def write_comparison_chart(cmp: Comparison, path: Path) -> None:
     """A − B against k with interval bars, one series per domain and one for all tasks; pass^k and pass@k
     side by side."""
     ks = np.arange(1, cmp.max_k + 1)
-    fig, axes = _figure(10.0, 4.2, panels=2)
+    fig, axes = new_figure(10.0, 4.2, panels=2)
     groups = cmp.groups()
     for ax, attr, symbol in ((axes[0], "pass_hat_k", "^"), (axes[1], "pass_at_k", "@")):
         for g, dx in zip(groups, _offsets(len(groups)), strict=True):
@@ -498,7 +482,7 @@ def write_comparison_chart(cmp: Comparison, path: Path) -> None:
         ax.grid(alpha=0.3)
     axes[0].legend()
     fig.suptitle(f"{cmp.label_a} − {cmp.label_b}: paired {cmp.bootstrap.confidence:.0%} bootstrap intervals")
-    _save(fig, path)
+    save_png(fig, path)
 
 
 # ---------------------------------------------------------------- command line

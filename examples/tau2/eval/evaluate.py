@@ -50,16 +50,16 @@ from examples.tau2.eval.metrics import (
     format_markdown,
     is_success,
 )
+from examples.tau2.runtime.charts import new_figure, save_png
+from examples.tau2.runtime.files import dump_json, write_atomic
+from examples.tau2.runtime.logs import setup_runtime
 from examples.tau2.tau2_utils import (
     DOMAINS,
     SOLO_DOMAINS,
     EpisodeRejected,
     EpisodeResult,
     Tau2EnvConfig,
-    dump_json,
     first_line,
-    setup_runtime,
-    write_atomic,
 )
 
 logger = logging.getLogger("tau2_areal.eval")
@@ -124,6 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="results go here; rerunning with the same directory resumes")
     p.add_argument("--config", type=Path,
                    help="training config YAML; its `econfig` section gives the episode settings")
+    p.add_argument("--config-override", action="append", default=[], metavar="KEY=VALUE",
+                   help="composed into --config as training composes it (repeatable), e.g. "
+                        "+configs=learn_cpu or econfig.max_steps=30")
     p.add_argument("--domains", nargs="+", default=list(DEFAULT_DOMAINS), choices=DOMAINS)
     p.add_argument("--split", default="test", help="task split of every domain (mock has only 'all')")
     tasks = p.add_mutually_exclusive_group()
@@ -156,22 +159,26 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def load_econfig(path: Path) -> dict[str, Any]:
+def load_econfig(path: Path, overrides: list[str] | None = None) -> dict[str, Any]:
     """The episode settings in a training config: the `econfig` keys that are `Tau2EnvConfig` fields.
 
-    Interpolations are resolved against the whole file; mandatory values left open (`???`) are skipped
-    so that flags can fill them. Other `econfig` keys (the training data choice, the reward baseline) do
-    not apply here. A training config leaves `econfig.temperature` unset (training derives it from
+    The file is composed as training composes it (`training.config.compose_raw`), so `overrides` layer
+    variants (`+configs=<name>`) and values (`econfig.max_steps=30`) in the same syntax. Interpolations
+    are resolved against the whole config; mandatory values left open (`???`) are skipped so that flags
+    can fill them. Other `econfig` keys (the training data choice, the reward baseline) do not apply
+    here. A training config leaves `econfig.temperature` unset (training derives it from
     `actor.temperature`): the temperature is then `actor.temperature`, else `gconfig.temperature`.
     """
     import yaml
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
+    from examples.tau2.training.config import ConfigError, compose_raw
+
     if not path.is_file():
         raise ValueError(f"config file {path} does not exist")
     try:
-        cfg = OmegaConf.load(path)
+        cfg = compose_raw(path.absolute(), list(overrides or []))
         if "econfig" not in cfg:
             raise ValueError(f"config file {path} has no `econfig` section")
         section = cfg.econfig
@@ -186,6 +193,8 @@ def load_econfig(path: Path) -> dict[str, Any]:
             temperature = _training_temperature(cfg)
             if temperature is not None:
                 econfig["temperature"] = temperature
+    except ConfigError as e:
+        raise ValueError(f"cannot read the `econfig` section of {path}: {e}") from None
     except (OmegaConfBaseException, yaml.YAMLError) as e:
         raise ValueError(f"cannot read the `econfig` section of {path}: {first_line(e)}") from None
     ignored = sorted(str(k) for k in section if str(k) not in fields)
@@ -219,6 +228,9 @@ class EvalPlan:
     policy_api_key_env: str
     env: Tau2EnvConfig
     config_file: str
+    config_overrides: tuple[str, ...] = ()
+    """`--config-override`s composed into `config_file` (recorded in the session; the episode settings
+    they give are in `settings()`)."""
     bootstrap: BootstrapConfig = dataclasses.field(default_factory=BootstrapConfig)
     """How results.md's intervals are computed: reporting only, so not in `settings()`."""
     seed_base: int = 0
@@ -258,6 +270,7 @@ class EvalPlan:
             "policy_api_key_env": self.policy_api_key_env,
             "concurrency": self.concurrency,
             "config_file": self.config_file,
+            "config_overrides": list(self.config_overrides),
             "operational": {k: v for k, v in env.items() if k in OPERATIONAL_FIELDS},
             "python": sys.version.split()[0],
         }
@@ -278,7 +291,9 @@ def plan_from_args(args: argparse.Namespace) -> EvalPlan:
     domains = list(dict.fromkeys(args.domains))
     bootstrap = BootstrapConfig(resamples=args.bootstrap_resamples, confidence=args.bootstrap_confidence,
                                 seed=args.bootstrap_seed)
-    kwargs = load_econfig(args.config) if args.config else {}
+    if args.config_override and not args.config:
+        raise ValueError("--config-override needs --config")
+    kwargs = load_econfig(args.config, args.config_override) if args.config else {}
     kwargs.update({name: getattr(args, name) for name in _env_fields() if getattr(args, name) is not None})
     output_dir = args.output_dir.resolve()
     kwargs.update(agent_model=args.policy_model, max_concurrent_episodes=args.concurrency,
@@ -307,7 +322,8 @@ def plan_from_args(args: argparse.Namespace) -> EvalPlan:
         output_dir=output_dir, tasks=tasks, split=args.split, trials=args.trials,
         concurrency=args.concurrency, policy_base_url=args.policy_base_url,
         policy_api_key_env=args.policy_api_key_env, env=env,
-        config_file=str(args.config) if args.config else "", bootstrap=bootstrap, seed_base=args.seed_base,
+        config_file=str(args.config) if args.config else "", config_overrides=tuple(args.config_override),
+        bootstrap=bootstrap, seed_base=args.seed_base,
     )
 
 
@@ -461,13 +477,8 @@ async def run_trials(plan: EvalPlan, pending: Sequence[tuple[str, str, int]], lo
 def write_chart(report: EvalReport, title: str, path: Path) -> None:
     """pass^k against k, one line per domain and a dashed one for all tasks, each with a shaded band
     for its confidence interval when the report has them (Agg canvas, no GUI)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
     ks = list(range(1, report.max_k + 1))
-    fig = Figure(figsize=(6.4, 4.2), dpi=120, layout="constrained")
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
+    fig, (ax,) = new_figure(6.4, 4.2)
     nan = float("nan")
     for g in report.groups():
         overall = g is report.overall
@@ -482,9 +493,7 @@ def write_chart(report: EvalReport, title: str, path: Path) -> None:
     ax.set(xlabel="k", ylabel="pass^k", ylim=(0.0, 1.02), xticks=ks, title=title)
     ax.grid(alpha=0.3)
     ax.legend()
-    tmp = path.with_name(f".{path.name}.tmp")
-    fig.savefig(tmp, format="png")
-    os.replace(tmp, path)
+    save_png(fig, path)
 
 
 def write_report(plan: EvalPlan, records: list[TrialRecord]) -> EvalReport:

@@ -52,7 +52,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from examples.tau2.tau2_utils import DOMAINS, SOLO_DOMAINS, fingerprint, setup_runtime, write_atomic
+from examples.tau2.runtime.files import fingerprint, write_atomic
+from examples.tau2.runtime.logs import setup_runtime
+from examples.tau2.tau2_utils import DOMAINS, SOLO_DOMAINS
 
 logger = logging.getLogger("tau2_areal.sft_data")
 

@@ -30,12 +30,14 @@ from typing import Any
 
 from areal.api.cli_args import SFTConfig
 
-from examples.tau2.tau2_utils import console_logging, exit_after, first_line, setup_runtime, stop_descendants
-from examples.tau2.training.config import ConfigError, compose_config, split_config_argv
+from examples.tau2.runtime.files import latest_saved_model
+from examples.tau2.runtime.logs import console_logging, setup_runtime
+from examples.tau2.runtime.process import exit_after, stop_descendants
+from examples.tau2.tau2_utils import first_line
+from examples.tau2.training.config import ConfigError, compose_config, pop_dry_run, split_config_argv
 
 logger = logging.getLogger("tau2_areal.sft")
 
-DRY_RUN_FLAG = "--dry-run"
 SUMMARY_FILE = "sft_summary.json"
 USAGE = "usage: python -m examples.tau2.sft.train --config FILE [key=value ...] [--dry-run]"
 BACKENDS = ("fsdp", "archon", "megatron")
@@ -201,15 +203,6 @@ def to_dataset(rows: list[dict[str, list[int]]]):
     return Dataset.from_list(rows)
 
 
-def latest_checkpoint(config: Tau2SFTConfig) -> Path | None:
-    """The newest Hugging Face checkpoint the saver wrote for this experiment and trial."""
-    from areal.utils.saver import Saver
-
-    s = config.saver
-    root = Path(Saver.get_save_root(s.experiment_name, s.trial_name, s.fileroot))
-    found = sorted(root.glob("**/config.json"), key=lambda p: p.stat().st_mtime)
-    return found[-1].parent if found else None
-
 
 def run(config_file: Path, overrides: list[str], config: Tau2SFTConfig) -> dict[str, Any]:
     """Train; returns the summary (also written to `sft_summary.json` in AReaL's log folder)."""
@@ -248,7 +241,7 @@ def run(config_file: Path, overrides: list[str], config: Tau2SFTConfig) -> dict[
         trainer.train()
         train_s = time.perf_counter() - t
     log_dir = Path(StatsLogger.get_log_path(config.stats_logger))
-    checkpoint = latest_checkpoint(config)
+    checkpoint = latest_saved_model(config.saver)
     summary = {
         "model": config.actor.path, "backend": config.actor.backend,
         "data": [dataclasses.asdict(r) for r in data.reports],
@@ -269,8 +262,7 @@ def run(config_file: Path, overrides: list[str], config: Tau2SFTConfig) -> dict[
 def main(argv: list[str] | None = None) -> int:
     """Exit status: 0 trained (or a clean dry run), 1 problems found, 2 unusable command line."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    dry_run = DRY_RUN_FLAG in argv
-    argv = [a for a in argv if a != DRY_RUN_FLAG]
+    dry_run, argv = pop_dry_run(argv)
     try:
         config, config_file, overrides = load_sft_config(argv)
     except SFTConfigError as e:

@@ -35,6 +35,15 @@ BACKEND_KEYS = ("rollout.backend", "actor.backend", "ref.backend")
 TREE_TRAINING_KEY = "actor.enable_tree_training"
 
 
+DRY_RUN_FLAG = "--dry-run"
+"""Every training entry point's flag for: load and check the config, print the plan, start nothing."""
+
+
+def pop_dry_run(argv: list[str]) -> tuple[bool, list[str]]:
+    """(whether `--dry-run` was given, the command line without it)."""
+    return DRY_RUN_FLAG in argv, [a for a in argv if a != DRY_RUN_FLAG]
+
+
 class ConfigError(ValueError):
     """The command line or the YAML cannot become a config; the message is one sentence."""
 
@@ -167,15 +176,6 @@ def _explicit_backends(overrides: list[str]) -> dict[str, str]:
     return {o.key_or_group: str(o.value()) for o in parsed if o.key_or_group in BACKEND_KEYS}
 
 
-def _compose(config_file: Path, overrides: list[str]) -> DictConfig:
-    try:
-        raw, _ = parse_cli_args(["--config", str(config_file), *overrides])
-    except (HydraException, OmegaConfBaseException, ValueError) as e:
-        hint = " (keys absent from the YAML need ++key=value)" if "Could not override" in str(e) else ""
-        raise ConfigError(f"cannot compose {config_file} with {overrides}: {first_line(e)}{hint}") from None
-    return raw
-
-
 def split_config_argv(
     argv: list[str], usage: str, error: type[ConfigError]
 ) -> tuple[Path, list[str]]:
@@ -192,14 +192,26 @@ def split_config_argv(
     return config_file, rest
 
 
-def compose_config(config_file: Path, overrides: list[str], config_cls: type[T],
-                   error: type[ConfigError]) -> T:
-    """The YAML plus overrides as `config_cls`, composed as AReaL composes it; raises `error` with the
-    first line of Hydra's / OmegaConf's message."""
+def compose_raw(config_file: Path, overrides: list[str],
+                error: type[ConfigError] = ConfigError) -> DictConfig:
+    """The YAML plus overrides (variants with `+configs=<name>`), composed with AReaL's own Hydra set-up,
+    unresolved and untyped; raises `error` with the first line of Hydra's / OmegaConf's message. Every
+    entry point (training, smoke, learn, SFT, evaluation) reads its config through here."""
     try:
         raw, _ = parse_cli_args(["--config", str(config_file), *overrides])
+    except (HydraException, OmegaConfBaseException, ValueError) as e:
+        hint = " (keys absent from the YAML need ++key=value)" if "Could not override" in str(e) else ""
+        raise error(f"cannot compose {config_file} with {overrides}: {first_line(e)}{hint}") from None
+    return raw
+
+
+def compose_config(config_file: Path, overrides: list[str], config_cls: type[T],
+                   error: type[ConfigError]) -> T:
+    """`compose_raw` as `config_cls`; raises `error` with the first line of OmegaConf's message."""
+    raw = compose_raw(config_file, overrides, error)
+    try:
         return OmegaConf.to_object(to_structured_cfg(raw, config_cls=config_cls))  # type: ignore[return-value]
-    except Exception as e:  # Hydra / OmegaConf errors: report their first line
+    except Exception as e:  # OmegaConf / dataclass errors: report their first line
         raise error(f"cannot load {config_file} with {overrides}: {first_line(e)}") from None
 
 
@@ -218,7 +230,7 @@ def load_config(argv: list[str]) -> LoadedConfig:
         else:
             overrides.append(_quote_parenthesized(o))
 
-    raw = _compose(config_file, overrides)
+    raw = compose_raw(config_file, overrides)
     mode = cli_mode or str(raw.get(ALLOCATION_KEY) or "")
     backends = None
     if mode:
@@ -231,14 +243,14 @@ def load_config(argv: list[str]) -> LoadedConfig:
         if raw.get("ref") is not None:
             overrides.append(f"++ref.backend='{backends.train}'")
         overrides.append(f"++{ALLOCATION_KEY}=''")
-        raw = _compose(config_file, overrides)
+        raw = compose_raw(config_file, overrides)
 
     notes = []
     tree_off = _tree_training_off(raw, overrides)
     if tree_off:
         notes.append(tree_off)
         overrides.append(f"++{TREE_TRAINING_KEY}=false")
-        raw = _compose(config_file, overrides)
+        raw = compose_raw(config_file, overrides)
     try:
         config: Any = OmegaConf.to_object(to_structured_cfg(raw, config_cls=Tau2PPOConfig))
     except (OmegaConfBaseException, ValueError, TypeError) as e:

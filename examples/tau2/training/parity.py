@@ -39,7 +39,7 @@ from typing import Any
 import httpx
 
 from examples.tau2.compat.serving_render import ServingEngine, render_prompt_ids
-from examples.tau2.tau2_utils import strip_reasoning
+from examples.tau2.episode.llm import strip_reasoning
 
 PARITY_DOMAINS = ("airline", "retail", "telecom", "mock")
 SOLO_DOMAINS = ("telecom", "mock")
@@ -517,7 +517,7 @@ def main(argv: list[str] | None = None) -> int:
     engine = None if args.engine == "areal" else ServingEngine(args.engine)
     if engine is ServingEngine.VLLM and not args.vllm_url:
         parser.error("--engine vllm is checked against a live vLLM server: give --vllm-url")
-    from examples.tau2.tau2_utils import setup_runtime
+    from examples.tau2.runtime.logs import setup_runtime
 
     setup_runtime("ERROR")  # tau2's loguru: errors only
     cases = record_cases(args.domains, args.tasks)

@@ -38,6 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from examples.tau2.runtime.files import write_atomic
+
 logger = logging.getLogger("tau2_areal.recover")
 
 ENABLED_MODES = ("auto", "on")
@@ -101,17 +103,11 @@ def previous(path: Path) -> Path:
 # Atomic saves: swap `.next` in after a journal, and finish or undo an interrupted swap
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def commit(paths: RecoverPaths, global_step: int) -> None:
     """Swap the complete save in `.next` in (called once every `.next` directory is written)."""
-    write_text_atomic(staged(paths.info) / SAVED_MARKER,
+    write_atomic(staged(paths.info) / SAVED_MARKER,
                       json.dumps({"global_step": global_step, "saved_at": time.time()}))
-    write_text_atomic(paths.journal, json.dumps({"global_step": global_step}))
+    write_atomic(paths.journal, json.dumps({"global_step": global_step}))
     _roll_forward(paths)
 
 
@@ -281,7 +277,7 @@ def record_controller(paths: RecoverPaths) -> None:
     import psutil
 
     paths.save_root.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(paths.controller_file, json.dumps({
+    write_atomic(paths.controller_file, json.dumps({
         "pid": os.getpid(), "create_time": psutil.Process().create_time(), "host": os.uname().nodename,
         "argv": sys.argv}))
 
@@ -362,7 +358,7 @@ def trim_stats(path: Path, last_step: int | None) -> int:
             seen.add(step)
             kept.append(line)
     if len(kept) != len(lines):
-        write_text_atomic(path, "".join(f"{x}\n" for x in kept))
+        write_atomic(path, "".join(f"{x}\n" for x in kept))
     return len(lines) - len(kept)
 
 

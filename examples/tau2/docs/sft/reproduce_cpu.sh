@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The CPU SFT measurement of README.md, end to end (2-core machine: ~30-60 min, most of it SFT):
+# The CPU SFT measurement of docs/sft/README.md, end to end (most of its time is SFT):
 #   1. the scripted oracle plays every mock task (2 trials) against the scripted `user-scenario` user: an eval dir
 #   2. sft.data exports its successful trajectories (6 distinct rows) with a manifest
 #   3. sft.train trains the random tiny Qwen3 on them with AReaL's SFTTrainer (configs/sft_cpu.yaml)

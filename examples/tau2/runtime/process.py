@@ -1,0 +1,56 @@
+"""How a command leaves: with its exit code at once, and without leaving a child process behind."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import traceback
+from collections.abc import Callable
+from typing import NoReturn
+
+
+def exit_after(main: Callable[[], int]) -> NoReturn:
+    """Run a command's `main` and leave with its exit code at once.
+
+    AReaL can leave non-daemon threads behind (e.g. when its start-up fails), which would keep the
+    process alive forever; the commands stop every child process themselves before returning.
+    """
+    code = 1
+    try:
+        code = main()
+    except SystemExit as e:  # argparse and sys.exit: what the interpreter would have printed and returned
+        if isinstance(e.code, int) or e.code is None:
+            code = e.code or 0
+        else:
+            print(e.code, file=sys.stderr)
+    except BaseException:  # os._exit skips the interpreter's own report: print the traceback here
+        traceback.print_exc()
+    finally:
+        hard_exit(code)
+
+
+def hard_exit(code: int) -> NoReturn:
+    """Flush stdout and stderr, then leave at once: no atexit handlers, no waiting on leftover threads."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def stop_descendants(timeout_s: float = 15.0) -> list[int]:
+    """Terminate (then kill) every process this one started, directly or not; returns their pids.
+
+    AReaL's workers, proxies and inference servers are all descendants of the controller. Its own
+    clean-up covers a normal exit; this covers a run that fails half-way through start-up.
+    """
+    import psutil
+
+    children = psutil.Process().children(recursive=True)
+    for c in children:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            c.terminate()
+    _, alive = psutil.wait_procs(children, timeout=timeout_s)
+    for c in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            c.kill()
+    return [c.pid for c in children]
