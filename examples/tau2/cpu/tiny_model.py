@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
+import fcntl
 import hashlib
 import importlib.util
 import json
@@ -26,6 +28,7 @@ import random
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -415,41 +418,52 @@ def ensure_tiny_model(recipe: TinyModelRecipe, cache_dir: str | Path | None = No
     if (final / "tiny_model.json").is_file():
         logger.info("tiny model %s (cached)", final)
         return final
-    start = time.perf_counter()
-    import torch
-
-    random.seed(recipe.seed)
-    torch.manual_seed(recipe.seed)
-    model = build_random_model(recipe)
-    info = TinyModelInfo(key=key, recipe=dataclasses.asdict(recipe),
-                         num_parameters=sum(p.numel() for p in model.parameters()))
-    if examples:
-        logger.info("warming up the tiny model on %d oracle turns (%d steps)", len(examples),
-                    recipe.warmup_steps)
-        stats = warm_up(model, tokenizer, examples, recipe)
-        info.warmup_examples = len(examples)
-        info.warmup_first_loss = stats["first_loss"]
-        info.warmup_final_loss = stats["final_loss"]
-        info.warmup_greedy_exact = stats["greedy_exact"]
-        info.extra["shared_prefix_tokens"] = int(stats["shared_prefix_tokens"])
     root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{key}."))
-    try:
-        model.save_pretrained(tmp, safe_serialization=True)
-        for name in TOKENIZER_FILES:
-            shutil.copyfile(tokenizer_dir() / name, tmp / name)
-        info.build_s = time.perf_counter() - start
-        (tmp / "tiny_model.json").write_text(json.dumps(dataclasses.asdict(info), indent=2))
+    with _exclusive(root / f".{key}.lock"):  # concurrent runs (or test workers) build it once
+        if (final / "tiny_model.json").is_file():
+            logger.info("tiny model %s (built by another process while this one waited)", final)
+            return final
+        start = time.perf_counter()
+        import torch
+
+        random.seed(recipe.seed)
+        torch.manual_seed(recipe.seed)
+        model = build_random_model(recipe)
+        info = TinyModelInfo(key=key, recipe=dataclasses.asdict(recipe),
+                             num_parameters=sum(p.numel() for p in model.parameters()))
+        if examples:
+            logger.info("warming up the tiny model on %d oracle turns (%d steps)", len(examples),
+                        recipe.warmup_steps)
+            stats = warm_up(model, tokenizer, examples, recipe)
+            info.warmup_examples = len(examples)
+            info.warmup_first_loss = stats["first_loss"]
+            info.warmup_final_loss = stats["final_loss"]
+            info.warmup_greedy_exact = stats["greedy_exact"]
+            info.extra["shared_prefix_tokens"] = int(stats["shared_prefix_tokens"])
+        tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{key}."))
         try:
+            model.save_pretrained(tmp, safe_serialization=True)
+            for name in TOKENIZER_FILES:
+                shutil.copyfile(tokenizer_dir() / name, tmp / name)
+            info.build_s = time.perf_counter() - start
+            (tmp / "tiny_model.json").write_text(json.dumps(dataclasses.asdict(info), indent=2))
             os.rename(tmp, final)
-        except OSError:  # another process finished the same build first
-            if not (final / "tiny_model.json").is_file():
-                raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    logger.info("tiny model %s built in %.1f s", final, info.build_s)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+        logger.info("tiny model %s built in %.1f s", final, info.build_s)
     return final
+
+
+@contextlib.contextmanager
+def _exclusive(lock_file: Path) -> Iterator[None]:
+    """Hold an exclusive advisory lock on `lock_file` (released when the process dies, too)."""
+    with lock_file.open("a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def load_info(model_dir: str | Path) -> TinyModelInfo:
