@@ -1,4 +1,11 @@
-"""Shared fixtures: one scripted OpenAI-compatible endpoint on 127.0.0.1 per test session."""
+"""Shared fixtures: one scripted OpenAI-compatible endpoint on 127.0.0.1 per test session.
+
+`scripts/test.sh` runs the suite on two pytest-xdist workers. Tests that start one of AReaL's trainers
+(the smoke, learn and SFT runs) are marked `xdist_group("areal_trainer")` and run one after the other
+on one worker: each wants both cores, and AReaL 1.0.4's trainers seed Python's `random` with
+`config.seed` before their controller picks free ports at random, so two runs with the same seed at
+once pick the same ports (one fails with EADDRINUSE).
+"""
 
 from __future__ import annotations
 
