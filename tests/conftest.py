@@ -4,13 +4,16 @@
 (the smoke, learn and SFT runs) are marked `xdist_group("areal_trainer")` and run one after the other
 on one worker: each wants both cores, and AReaL 1.0.4's trainers seed Python's `random` with
 `config.seed` before their controller picks free ports at random, so two runs with the same seed at
-once pick the same ports (one fails with EADDRINUSE).
+once pick the same ports (one fails with EADDRINUSE). For the same reason every test starts from an
+unpredictable `random` state (`fresh_random_state`): a test that seeded it in a pytest worker must not
+make a later one there pick the ports a trainer elsewhere is about to bind.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import random
 import signal
 import socket
 from collections.abc import Iterator
@@ -32,6 +35,12 @@ setup_runtime()  # as every entry point does before importing tau2: its import-t
 from examples.tau2.cpu.scripted_endpoint import EndpointThread  # noqa: E402
 from examples.tau2.tau2_agent import Tau2AgentWorkflow  # noqa: E402
 from examples.tau2.tau2_utils import EpisodeResult  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def fresh_random_state() -> None:
+    """Reseed Python's `random` from the OS, as a fresh process starts (see the module docstring)."""
+    random.seed()
 
 
 @pytest.fixture(scope="session")
