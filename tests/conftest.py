@@ -1,12 +1,11 @@
 """Shared fixtures: one scripted OpenAI-compatible endpoint on 127.0.0.1 per test session.
 
-`scripts/test.sh` runs the suite on two pytest-xdist workers. Tests that start one of AReaL's trainers
-(the smoke, learn and SFT runs) are marked `xdist_group("areal_trainer")` and run one after the other
-on one worker: each wants both cores, and AReaL 1.0.4's trainers seed Python's `random` with
-`config.seed` before their controller picks free ports at random, so two runs with the same seed at
-once pick the same ports (one fails with EADDRINUSE). For the same reason every test starts from an
-unpredictable `random` state (`fresh_random_state`): a test that seeded it in a pytest worker must not
-make a later one there pick the ports a trainer elsewhere is about to bind.
+`scripts/test.sh` runs the suite on two pytest-xdist workers. Tests that start AReaL's trainers, rollout
+workers or inference servers (the smoke, learn and SFT runs, the proxy and live-vLLM tests) are marked
+`xdist_group("areal_processes")` and run one after the other on one worker: each wants both cores, and
+AReaL 1.0.4 seeds Python's `random` with `config.seed` in its processes before they pick free ports at
+random, so two runs with the same seed at once pick the same ports (one fails with EADDRINUSE). For the
+same reason every test starts from an unpredictable `random` state (`fresh_random_state`).
 """
 
 from __future__ import annotations
