@@ -1,11 +1,9 @@
 """Shared fixtures: one scripted OpenAI-compatible endpoint on 127.0.0.1 per test session.
 
-`scripts/test.sh` runs the suite on two pytest-xdist workers. Tests that start AReaL's trainers, rollout
-workers or inference servers (the smoke, learn and SFT runs, the proxy and live-vLLM tests) are marked
-`xdist_group("areal_processes")` and run one after the other on one worker: each wants both cores, and
-AReaL 1.0.4 seeds Python's `random` with `config.seed` in its processes before they pick free ports at
-random, so two runs with the same seed at once pick the same ports (one fails with EADDRINUSE). For the
-same reason every test starts from an unpredictable `random` state (`fresh_random_state`).
+Every test starts from an unpredictable `random` state (`fresh_random_state`), as a fresh process does:
+AReaL 1.0.4 seeds Python's `random` with `config.seed` before it picks free ports at random, so code that
+runs after a seeded test in this process would otherwise pick the ports a trainer it starts is about to
+bind.
 """
 
 from __future__ import annotations

@@ -36,8 +36,7 @@ from examples.tau2.cpu.scripted_sglang import (
 from examples.tau2.tau2_train import GROUP_FILTER, WORKFLOW
 from examples.tau2.training.group_filter import drop_uniform_groups
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300),
-              pytest.mark.xdist_group("areal_processes")]  # one at a time (tests/conftest.py)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 TURN_DISCOUNT = 0.5
 MAX_COMPLETION_TOKENS = 256

@@ -427,7 +427,6 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("areal_processes")  # one at a time (tests/conftest.py)
 def test_a_failed_start_exits_at_once_and_stops_the_processes_it_started(tmp_path, endpoint):
     """AReaL's start-up fails after starting a worker and leaving a non-daemon thread: the training entry
     prints the error, stops the worker and exits 1 at once instead of hanging on the thread."""

@@ -98,7 +98,6 @@ def _free_port() -> int:
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("areal_processes")  # one at a time (tests/conftest.py)
 def test_disk_weight_update_reaches_the_running_server(tmp_path):
     """Start AReaL's server through the launcher, update weights from disk, compare with transformers."""
     import requests

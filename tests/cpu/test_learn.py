@@ -152,7 +152,6 @@ def _episodes(eval_dir: str) -> dict[tuple[str, int], tuple[float, str]]:
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("areal_processes")  # one at a time (tests/conftest.py)
 def test_evaluating_one_policy_twice_replays_the_same_episodes(tmp_path: Path):
     """Seeded policy requests: two evaluations (two vLLM servers) of one policy give identical episodes,
     while different trials of a task still sample differently. Run at temperature 1 on the smoke run's

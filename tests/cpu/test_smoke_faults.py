@@ -84,7 +84,6 @@ def _stats_steps(root: Path) -> list[int]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(2 * RUN_TIMEOUT_S + 300)
-@pytest.mark.xdist_group("areal_processes")  # one at a time (tests/conftest.py)
 def test_a_run_killed_mid_step_resumes_and_passes_every_smoke_check(tmp_path):
     """The controller is SIGKILLed (alone: not its process group) while step 2 rolls out, right after step
     1's state is saved. Its workers do not die with it; the reaper stops them. The same command then
@@ -163,7 +162,6 @@ USER_OUTAGE_S = 30
 
 @pytest.mark.slow
 @pytest.mark.timeout(RUN_TIMEOUT_S + 300)
-@pytest.mark.xdist_group("areal_processes")  # one at a time (tests/conftest.py)
 def test_user_simulator_outage_then_vllm_server_death(tmp_path):
     """One run, two faults. (1) The user simulator is gone for USER_OUTAGE_S after step 1: the episodes
     that need it are rejected (`user_endpoint`, logged and counted), the step waits and completes once it

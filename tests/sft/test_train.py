@@ -96,7 +96,6 @@ def test_unusable_command_lines_exit_2(capsys, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("areal_processes")  # one at a time (tests/conftest.py)
 def test_sft_on_cpu_lowers_the_loss_of_exactly_the_trained_tokens(oracle_data, tmp_path):
     """The command line, in a fresh interpreter: AReaL's SFTTrainer (single controller, one FSDP worker)
     trains the random tiny policy on 2 rows for 3 steps; the loss falls, AReaL counts exactly our

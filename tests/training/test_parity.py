@@ -85,7 +85,6 @@ def test_rendering_for_vllm_is_not_sglangs_prompt(cases, tokenizer_dir):
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("areal_processes")  # one at a time (tests/conftest.py)
 @pytest.mark.timeout(900)
 def test_parity_with_a_live_vllm_server_and_its_reply_parser(tmp_path, tokenizer_dir, capsys):
     from transformers import AutoTokenizer
