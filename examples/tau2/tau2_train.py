@@ -57,9 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run(loaded)
     finally:  # AReaL stops its workers on a normal exit; this covers a run that failed half-way
-        leftover = stop_descendants()
-        if leftover:
-            logger.info("stopped %d leftover process(es): %s", len(leftover), leftover)
+        stop_descendants(logger)
     return 0
 
 

@@ -365,9 +365,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = run(config_file, overrides, config)
     finally:
-        leftover = stop_descendants()
-        if leftover:
-            logger.info("stopped %d leftover process(es): %s", len(leftover), leftover)
+        stop_descendants(logger)
     print(format_result(result, config.smoke.logprob_ratio_tolerance), flush=True)
     return 0 if result.ok else 1
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sys
 import traceback
@@ -37,8 +38,9 @@ def hard_exit(code: int) -> NoReturn:
     os._exit(code)
 
 
-def stop_descendants(timeout_s: float = 15.0) -> list[int]:
-    """Terminate (then kill) every process this one started, directly or not; returns their pids.
+def stop_descendants(log: logging.Logger | None = None, timeout_s: float = 15.0) -> list[int]:
+    """Terminate (then kill) every process this one started, directly or not; returns their pids and,
+    given `log`, says there how many were left.
 
     AReaL's workers, proxies and inference servers are all descendants of the controller. Its own
     clean-up covers a normal exit; this covers a run that fails half-way through start-up.
@@ -53,4 +55,7 @@ def stop_descendants(timeout_s: float = 15.0) -> list[int]:
     for c in alive:
         with contextlib.suppress(psutil.NoSuchProcess):
             c.kill()
-    return [c.pid for c in children]
+    pids = [c.pid for c in children]
+    if pids and log is not None:
+        log.info("stopped %d leftover process(es): %s", len(pids), pids)
+    return pids

@@ -289,9 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         summary = run(config_file, overrides, config)
     finally:
-        leftover = stop_descendants()
-        if leftover:
-            logger.info("stopped %d leftover process(es): %s", len(leftover), leftover)
+        stop_descendants(logger)
     print(json.dumps(summary, indent=2), flush=True)
     return 0
 
