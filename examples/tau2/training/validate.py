@@ -8,6 +8,7 @@ give the resolved plan that `tau2_train.py --dry-run` prints next to those probl
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -23,6 +24,7 @@ from areal.utils.network import gethostip
 from examples.tau2.compat.areal_api import archon_model_types, slurm_bind_root, tree_block_size
 from examples.tau2.curriculum.sampler import check_curriculum, outcomes_dir
 from examples.tau2.episode import domain as tau2_domain
+from examples.tau2.releases import regraded
 from examples.tau2.training import dataset as tau2_dataset
 from examples.tau2.training.alloc import parse_backend
 from examples.tau2.training.config import LoadedConfig, Tau2PPOConfig, Tau2TrainEnvConfig
@@ -428,7 +430,10 @@ def validate(config: Tau2PPOConfig) -> list[str]:
         dataset_errors = check_datasets(config.econfig)
         errors += dataset_errors
         if not dataset_errors:
-            train_rows = len(tau2_dataset.train_rows(config.econfig, config.seed))
+            try:
+                train_rows = len(tau2_dataset.train_rows(config.econfig, config.seed))
+            except ValueError as e:  # every task of a split left out as regraded
+                errors.append(str(e))
     errors += check_training(config, train_rows)
     errors += check_curriculum(config) + check_tracking(config) + check_recover(config)
     return errors
@@ -444,6 +449,10 @@ class DataPlan:
     """Domain -> training rows per epoch (a mix repeats tasks)."""
     train_tasks: dict[str, int]
     valid_rows: dict[str, int]
+    left_out: dict[str, int] = dataclasses.field(default_factory=dict)
+    """Domain -> tasks of the train split left out as regraded (`econfig.train_on_regraded_tasks`)."""
+    valid_regraded: dict[str, int] = dataclasses.field(default_factory=dict)
+    """Domain -> validation tasks that the two tau2 releases grade differently (kept, counted)."""
 
 
 @dataclass(frozen=True)
@@ -505,8 +514,14 @@ def _data_plan(config: Tau2PPOConfig) -> DataPlan | None:
         valid = tau2_dataset.valid_rows(econfig) if config.valid_dataset is not None else []
     except (ValueError, KeyError):
         return None  # validate() names the missing split
-    tasks = {d: len({r["task_id"] for r in train if r["domain"] == d}) for d in econfig.domain_weights()}
-    return DataPlan(tau2_dataset.rows_per_domain(train), tasks, tau2_dataset.rows_per_domain(valid))
+    domains = econfig.domain_weights()
+    tasks = {d: len({r["task_id"] for r in train if r["domain"] == d}) for d in domains}
+    left_out = {d: len(set(tau2_domain.task_ids(d, econfig.train_split))
+                       & tau2_dataset.left_out_of_training(econfig, d)) for d in domains}
+    valid_regraded = {d: len(regraded.affected(d, [r["task_id"] for r in valid if r["domain"] == d]))
+                      for d in domains}
+    return DataPlan(tau2_dataset.rows_per_domain(train), tasks, tau2_dataset.rows_per_domain(valid),
+                    left_out, valid_regraded)
 
 
 def build_plan(loaded: LoadedConfig) -> Plan:
@@ -564,8 +579,12 @@ def format_plan(plan: Plan, errors: list[str]) -> str:
         for domain, rows in plan.data.train_rows.items():
             valid = plan.data.valid_rows.get(domain, 0)
             tasks = plan.data.train_tasks[domain]
-            lines.append(row("data", f"{domain}: {rows} training rows ({tasks} tasks), "
-                                     f"{valid} validation rows"))
+            left_out = plan.data.left_out.get(domain, 0)
+            out = f", {left_out} regraded left out" if left_out else ""
+            flagged = plan.data.valid_regraded.get(domain, 0)
+            flag = f" ({flagged} regraded)" if flagged else ""
+            lines.append(row("data", f"{domain}: {rows} training rows ({tasks} tasks{out}), "
+                                     f"{valid} validation rows{flag}"))
         total = sum(plan.data.train_rows.values())
         steps = total // plan.batch_tasks if plan.batch_tasks else 0
         lines.append(row("steps", f"{steps} per epoch x {plan.epochs} epochs = {steps * plan.epochs}"))

