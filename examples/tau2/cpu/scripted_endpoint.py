@@ -25,6 +25,8 @@ Policies (the request's `model`, optionally `@<ms>` for added latency, e.g. `ora
   malformed<N>:<kind>  that body for the first N requests of each episode, then oracle.
   raw           answers with the request's own `x_raw_reply`: {"body_b64", "status" (200),
                 "content_type", "headers"} (any bytes, status and headers: for fuzz tests).
+  judge         tau2 1.0.x's NL-assertion judge: every expected outcome of the request is met
+                (`judge-deny`: none is; `judge-prose`: a reply that is not the verdict JSON).
   route:<rules> a policy per trial. Rules `<task_id>.<seed>=<policy>` separated by `;`, the first
                 match wins, `*` matches any task or seed, no match plays `empty`; e.g.
                 `route:7.0=oracle;7.1=oracle;*.2=error500`.
@@ -49,6 +51,7 @@ Run: `python -m examples.tau2.cpu.scripted_endpoint --port 8000` (OpenAI base UR
 from __future__ import annotations
 
 import argparse
+import ast
 import asyncio
 import base64
 import collections
@@ -242,6 +245,19 @@ def scenario_user_reply(messages: list[dict]) -> dict[str, Any]:
 ROUTE_PREFIX = "route:"
 
 
+def judge_reply(messages: list[dict], met: bool) -> str:
+    """Verdict JSON as tau2 1.0.x reads it, one verdict per outcome listed after `expectedOutcomes:`
+    in the judge prompt (the list as Python prints it)."""
+    prompt = next((m.get("content") or "" for m in reversed(messages) if m.get("role") == "user"), "")
+    _, _, listed = prompt.partition("expectedOutcomes:")
+    try:
+        outcomes = [str(o) for o in ast.literal_eval(listed.strip())]
+    except (ValueError, SyntaxError):
+        outcomes = ["(no expected outcomes found in the prompt)"]
+    verdicts = [{"expectedOutcome": o, "reasoning": "scripted", "metExpectation": met} for o in outcomes]
+    return json.dumps({"results": verdicts})
+
+
 def trial_policy(model: str, task: str, seed: int) -> str:
     """The policy a `route:` or `coin<P>` model plays in one trial (`task` is "<domain>/<task_id>")."""
     coin = re.fullmatch(r"coin(\d+)", model)
@@ -360,6 +376,10 @@ class ScriptedEndpoint:
             return web.json_response(_completion(model, **scenario_user_reply(messages)))
         if model == "user-empty":
             return web.json_response(_completion(model, content=""))
+        if model in ("judge", "judge-deny"):
+            return web.json_response(_completion(model, content=judge_reply(messages, model == "judge")))
+        if model == "judge-prose":
+            return web.json_response(_completion(model, content="The agent did fine overall."))
         return web.json_response(self._policy(model, request, messages, tool_names))
 
     def _policy(self, model: str, request: web.Request, messages: list[dict],
@@ -395,10 +415,12 @@ class ScriptedEndpoint:
 
 
 class EndpointProcess:
-    """Runs the endpoint in its own process on 127.0.0.1 (benchmarks: its CPU is not counted)."""
+    """Runs the endpoint in its own process on 127.0.0.1 (benchmarks: its CPU is not counted). `env`:
+    that process's environment (e.g. another tau2 release in front, whose ground truth the oracle plays)."""
 
-    def __init__(self, start_timeout_s: float = 120.0):
+    def __init__(self, start_timeout_s: float = 120.0, env: dict[str, str] | None = None):
         self.start_timeout_s = start_timeout_s
+        self.env = env
         self.port = 0
         self._proc: subprocess.Popen | None = None
 
@@ -408,7 +430,7 @@ class EndpointProcess:
             self.port = s.getsockname()[1]
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "examples.tau2.cpu.scripted_endpoint", "--port", str(self.port)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=self.env,
         )
         deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:

@@ -17,7 +17,7 @@ from tau2.environment.environment import Environment
 from tau2.evaluator.evaluator import EvaluationType, evaluate_simulation
 from tau2.registry import registry
 
-from examples.tau2.compat import tau2_cache
+from examples.tau2.compat import tau2_cache, tau2_judge
 from examples.tau2.tau2_utils import DOMAINS, SOLO_DOMAINS
 
 
@@ -94,11 +94,21 @@ def tools(domain: str) -> tau2_cache.ToolSet:
     return tau2_cache.ToolSet.of(make_environment(domain))
 
 
-def evaluate(simulation: SimulationRun, task: Task, domain: str, solo_mode: bool) -> RewardInfo:
-    """tau2's `evaluate_simulation` with every criterion (DB/env, actions, communicate)."""
+def evaluate(simulation: SimulationRun, task: Task, domain: str, solo_mode: bool,
+             judge: tau2_judge.Judge | None = None) -> RewardInfo:
+    """tau2's `evaluate_simulation` with every criterion (DB/env, actions, communicate, and on tau2
+    1.0.x the NL assertions, whose verdicts come from `judge`; without one such a task raises `NoJudge`)."""
     _check_domain(domain)
     if tau2_cache.is_enabled():
         return tau2_cache.evaluate_all(simulation, task, domain, solo_mode)
+    if not tau2_judge.needs_judge(task):
+        return _stock_evaluate(simulation, task, domain, solo_mode)
+    tau2_judge.install()
+    with tau2_judge.judging(judge):
+        return _stock_evaluate(simulation, task, domain, solo_mode)
+
+
+def _stock_evaluate(simulation: SimulationRun, task: Task, domain: str, solo_mode: bool) -> RewardInfo:
     return evaluate_simulation(
         simulation=simulation,
         task=task,

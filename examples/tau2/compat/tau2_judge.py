@@ -1,0 +1,108 @@
+"""tau2 1.0.x's NL-assertion judge, asked through the episode's own endpoint instead of tau2's litellm call.
+
+tau2-bench 1.0.x scores tasks whose reward basis has NL_ASSERTION with an LLM:
+`NLAssertionsEvaluator.evaluate_nl_assertions` builds the judge prompt, calls
+`tau2.utils.llm_utils.generate` (bound in `tau2.evaluator.evaluator_nl_assertions` as `generate`) with a
+fixed model (`gpt-4.1-2025-04-14`) through litellm, and reads the verdicts from the reply's JSON. That
+call has no base-URL or key option and no retries of ours, and a failure surfaces as an arbitrary
+exception (an episode rejected as `internal`).
+
+This module is the one place that adapts it: `install()` (explicit, idempotent; called by
+`episode.domain.evaluate` on tau2 1.0.x before the first judged evaluation) binds that module's
+`generate` to `_dispatch`, which sends tau2's prompt, unchanged, to the judge of the calling thread
+(`judging(...)`, set around one evaluation) and hands tau2 the reply. Prompt and verdict parsing stay
+tau2's. A thread with no judge never reaches an LLM: `_dispatch` raises `NoJudge`.
+
+Mirrors tau2-bench 1.0.1 (`evaluator_nl_assertions.generate(model, messages, call_name, **args)` returning
+a message with `.content`); `install()` checks that the module and the name exist.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+JUDGE_MODULE = "tau2.evaluator.evaluator_nl_assertions"
+
+Judge = Callable[[list[dict[str, Any]], dict[str, Any]], str]
+"""(OpenAI-style messages (system, user), tau2's sampling args, e.g. temperature 0) -> the reply text."""
+
+_local = threading.local()
+_install_lock = threading.Lock()
+_installed = False
+
+
+class NoJudge(RuntimeError):
+    """tau2 asked for an NL-assertion verdict on a thread that has no judge."""
+
+
+class BadVerdict(ValueError):
+    """The judge's reply is not the JSON tau2 reads: {"results": [{"expectedOutcome", "reasoning",
+    "metExpectation"}, ...]}."""
+
+
+def needs_judge(task: Any) -> bool:
+    """Whether tau2 calls its LLM judge for this task (only tau2 1.0.x tasks can)."""
+    criteria = task.evaluation_criteria
+    if criteria is None or not getattr(criteria, "nl_assertions", None):
+        return False
+    return any(getattr(b, "value", b) == "NL_ASSERTION" for b in criteria.reward_basis or [])
+
+
+def check_verdict(text: str) -> None:
+    """Raise `BadVerdict` unless tau2 can read `text` as its verdicts."""
+    try:
+        data = json.loads(text)
+        results = data["results"]
+        if not isinstance(results, list) or not results:
+            raise TypeError("`results` must be a non-empty list")
+        for r in results:
+            missing = {"expectedOutcome", "reasoning", "metExpectation"} - set(r)
+            if missing:
+                raise KeyError(f"a verdict lacks {', '.join(sorted(missing))}")
+            if not isinstance(r["metExpectation"], bool):
+                raise TypeError("`metExpectation` must be true or false")
+    except (ValueError, KeyError, TypeError) as e:
+        raise BadVerdict(f"{type(e).__name__}: {e}; reply begins {text[:200]!r}") from None
+
+
+def _dispatch(model: str, messages: list[Any], call_name: str | None = None, **args: Any) -> Any:
+    """Stands in for tau2's `generate` inside its NL-assertion evaluator (see the module docstring)."""
+    from tau2.data_model.message import AssistantMessage
+
+    judge: Judge | None = getattr(_local, "judge", None)
+    if judge is None:
+        raise NoJudge(f"tau2 asked its NL-assertion judge ({model}) for a verdict, but no judge is set "
+                      "for this episode (econfig.judge_base_url / judge_model)")
+    text = judge([{"role": m.role, "content": m.content} for m in messages], args)
+    check_verdict(text)
+    return AssistantMessage(role="assistant", content=text)
+
+
+def install() -> None:
+    """Route tau2 1.0.x's judge calls through `_dispatch` (idempotent)."""
+    global _installed
+    with _install_lock:
+        if _installed:
+            return
+        module = importlib.import_module(JUDGE_MODULE)
+        if not callable(getattr(module, "generate", None)):
+            raise RuntimeError(f"{JUDGE_MODULE} has no `generate`: audit examples/tau2/compat/tau2_judge.py "
+                               "for this tau2 release")
+        module.generate = _dispatch
+        _installed = True
+
+
+@contextlib.contextmanager
+def judging(judge: Judge | None) -> Iterator[None]:
+    """Within the block, tau2's NL-assertion verdicts on this thread come from `judge` (None: refused)."""
+    previous = getattr(_local, "judge", None)
+    _local.judge = judge
+    try:
+        yield
+    finally:
+        _local.judge = previous
