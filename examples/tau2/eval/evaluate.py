@@ -76,8 +76,9 @@ raw rewards (no flag, not in run.json)."""
 EVAL_OWNED_FIELDS = ("agent_model", "max_concurrent_episodes", "dump_dir", *TRAINING_ONLY_FIELDS)
 """Tau2EnvConfig fields the evaluation sets itself (--policy-model, --concurrency, <output-dir>/dumps)."""
 OPERATIONAL_FIELDS = (
-    "user_base_url", "user_api_key_env", "episode_timeout_s", "request_timeout_s", "llm_retries",
-    "retry_backoff_s", "max_concurrent_episodes", "dump_dir", "tau2_log_level",
+    "user_base_url", "user_api_key_env", "judge_base_url", "judge_api_key_env", "episode_timeout_s",
+    "request_timeout_s", "llm_retries", "retry_backoff_s", "max_concurrent_episodes", "dump_dir",
+    "tau2_log_level", "tau2_release",
 )
 """Fields that change where or how robustly episodes run, not what they score: recorded, not compared."""
 

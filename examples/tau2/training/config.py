@@ -23,6 +23,7 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from examples.tau2.compat.tau2_release import installed_release
 from examples.tau2.curriculum.sampler import CurriculumConfig
 from examples.tau2.tau2_utils import DOMAINS, SOLO_DOMAINS, Tau2EnvConfig, first_line
 from examples.tau2.training.alloc import EngineBackends, parse_backend, same_allocation, split_allocation_mode
@@ -147,6 +148,8 @@ class Tau2PPOConfig(PPOConfig):
             self.econfig.group_size = self.gconfig.n_samples
         if self.econfig.temperature is None:
             self.econfig.temperature = self.actor.temperature
+        if not self.econfig.tau2_release:  # the controller's: every rollout worker must grade the same way
+            self.econfig.tau2_release = installed_release().label
 
 
 @dataclass(frozen=True)
