@@ -88,20 +88,19 @@ def cross_grade_domain(domain: str, split: str, sides: tuple[Side, Side], work: 
     if any(own_failures.values()):
         raise RuntimeError(f"{domain}: a release does not give its own ground truth a full score: "
                            f"{own_failures}")
+    def judged_in(task_id: str) -> list[str]:
+        """The releases whose own grade of the task needs an LLM judge."""
+        return [r for r in releases if "nl_assertion" in (by_grader[r][r].get(task_id) or {})]
+
     tasks: dict[str, Any] = {}
     task_ids = sorted({t for r in releases for t in by_grader[r][r]}, key=_task_order)
     for task_id in task_ids:
         cross = {f"{source} graded by {grader}": by_grader[grader][source].get(task_id, "missing")
                  for grader in releases for source in releases if source != grader}
-        judged = [grader for grader in releases
-                  if isinstance(by_grader[grader][grader].get(task_id), dict)
-                  and "nl_assertion" in by_grader[grader][grader][task_id]]
         if not all(_full(g) for g in cross.values()):
-            tasks[task_id] = {"grades": cross, "judged_by_llm_in": judged}
-    judged_all = sorted((t for t in task_ids
-                         if any(isinstance(by_grader[r][r].get(t), dict)
-                                and "nl_assertion" in by_grader[r][r][t] for r in releases)), key=_task_order)
-    entry = {"split": split, "tasks": len(task_ids), "regraded": tasks, "judged_by_llm": judged_all}
+            tasks[task_id] = {"grades": cross, "judged_by_llm_in": judged_in(task_id)}
+    entry = {"split": split, "tasks": len(task_ids), "regraded": tasks,
+             "judged_by_llm": [t for t in task_ids if judged_in(t)]}
     return entry, labels
 
 
