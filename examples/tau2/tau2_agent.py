@@ -147,27 +147,14 @@ class Tau2AgentWorkflow:
         ref = TaskRef.from_data(data)
         cfg = self.config
         loop = asyncio.get_running_loop()
-        policy = ChatEndpoint(
-            base_url=base_url, api_key=api_key, model=cfg.agent_model,
-            http_client=http_client or self._own_client(), reject_reason=RejectReason.POLICY_ENDPOINT,
-            request_timeout_s=cfg.request_timeout_s, retries=cfg.llm_retries, backoff_s=cfg.retry_backoff_s,
-        )
-        user = None
-        if not cfg.solo_mode:
-            user = ChatEndpoint(
-                base_url=cfg.user_base_url, api_key=os.environ.get(cfg.user_api_key_env) or "EMPTY",
-                model=cfg.user_model, http_client=self._own_client(),
-                reject_reason=RejectReason.USER_ENDPOINT, request_timeout_s=cfg.request_timeout_s,
-                retries=cfg.llm_retries, backoff_s=cfg.retry_backoff_s,
-            )
-        judge = None
-        if cfg.judge_base_url:
-            judge = ChatEndpoint(
-                base_url=cfg.judge_base_url, api_key=os.environ.get(cfg.judge_api_key_env) or "EMPTY",
-                model=cfg.judge_model, http_client=self._own_client(),
-                reject_reason=RejectReason.JUDGE_ENDPOINT, request_timeout_s=cfg.request_timeout_s,
-                retries=cfg.llm_retries, backoff_s=cfg.retry_backoff_s,
-            )
+        policy = self._endpoint(base_url, api_key, cfg.agent_model, RejectReason.POLICY_ENDPOINT,
+                                http_client or self._own_client())
+        user = None if cfg.solo_mode else self._endpoint(
+            cfg.user_base_url, os.environ.get(cfg.user_api_key_env) or "EMPTY", cfg.user_model,
+            RejectReason.USER_ENDPOINT, self._own_client())
+        judge = None if not cfg.judge_base_url else self._endpoint(
+            cfg.judge_base_url, os.environ.get(cfg.judge_api_key_env) or "EMPTY", cfg.judge_model,
+            RejectReason.JUDGE_ENDPOINT, self._own_client())
         headers = {
             TASK_HEADER: urllib.parse.quote(f"{ref.domain}/{ref.task_id}", safe="/"),
             EPISODE_HEADER: uuid.uuid4().hex,
@@ -214,6 +201,15 @@ class Tau2AgentWorkflow:
         logger.info("tau2 %s/%s reward=%.3f termination=%s turns=%d", ref.domain, ref.task_id,
                     result.reward, result.termination.value, result.num_agent_turns)
         return result
+
+    def _endpoint(self, base_url: str, api_key: str, model: str, reject_reason: RejectReason,
+                  http_client: httpx.AsyncClient) -> ChatEndpoint:
+        """One of the episode's LLM endpoints (policy, user simulator, judge), with the config's timeout
+        and retries; its failures reject the episode with `reject_reason`."""
+        cfg = self.config
+        return ChatEndpoint(base_url=base_url, api_key=api_key, model=model, http_client=http_client,
+                            reject_reason=reject_reason, request_timeout_s=cfg.request_timeout_s,
+                            retries=cfg.llm_retries, backoff_s=cfg.retry_backoff_s)
 
     def _own_client(self) -> httpx.AsyncClient:
         """This workflow's client for the running event loop (an httpx client is bound to one loop)."""

