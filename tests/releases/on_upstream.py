@@ -11,13 +11,23 @@ import pytest
 
 from examples.tau2.compat import tau2_cache, tau2_judge
 from examples.tau2.compat.tau2_release import installed_release
+from examples.tau2.cpu.scripted_endpoint import judge_reply
 from examples.tau2.episode import domain as tau2_domain
 from examples.tau2.releases import regraded
 from examples.tau2.tau2_utils import EpisodeRejected, RejectReason
+from tests.compat.equivalence import assert_same_as_stock, check_domain_sample, sample, simulate
 from tests.conftest import make_workflow, run_one
 
-AIRLINE_SAMPLE = 4
-"""Airline test tasks replayed here: the stock 1.0.1 evaluator takes ~6 s per airline episode."""
+EQUIVALENCE_SAMPLE = {"airline": 3, "retail": 3, "telecom": 4}
+"""Test tasks per domain scored cached and stock (a stock 1.0.1 airline evaluation takes ~0.9 s)."""
+
+
+def _agreeing_judge(messages: list[dict], args: dict) -> str:
+    return judge_reply(messages, True)
+
+
+def _denying_judge(messages: list[dict], args: dict) -> str:
+    return judge_reply(messages, False)
 
 
 @pytest.fixture(autouse=True)
@@ -25,9 +35,44 @@ def _only_on_upstream_1_0() -> None:
     assert installed_release().is_upstream_1_0, f"run under tau2 1.0.x, not {installed_release().label}"
 
 
-def test_tau2_1_0_is_detected_and_served_by_its_own_code():
+def test_tau2_1_0_is_detected_and_served_by_the_cache():
     assert installed_release().label == "tau2 1.0.1"
-    assert not tau2_cache.is_enabled()  # the cache mirrors 26.3's evaluator only
+    assert tau2_cache.is_enabled()  # the cache mirrors 1.0.1's evaluator
+    assert tau2_cache.is_fork(tau2_domain.make_environment("airline").tools.db)
+
+
+@pytest.mark.parametrize("domain", ["airline", "retail", "telecom"])
+def test_cached_rewards_equal_stock_on_sampled_tasks(domain):
+    """Passing and failing trajectories score the same through the cache as through stock 1.0.1; retail's
+    sample adds two tasks judged by an LLM (a scripted judge that agrees)."""
+    ids = sample(domain, "test", EQUIVALENCE_SAMPLE[domain])
+    if domain == "retail":
+        ids += [t for t in _judged_retail_tasks(4) if t not in ids][:2]
+    rewards = check_domain_sample(domain, ids, judge=_agreeing_judge)
+    assert 1.0 in rewards.values() and 0.0 in rewards.values()
+
+
+def test_cached_rewards_equal_stock_on_every_mock_task():
+    """Mock gained a user database in 1.0.x; a task whose initialization data updates the agent's database
+    makes 1.0.1 point the user toolkit at the agent's database, and scores the same cached."""
+    rewards = check_domain_sample("mock", tau2_domain.task_ids("mock", "all"))
+    assert rewards["update_task_with_initialization_data/ground_truth"] == 1.0
+    assert 0.0 in rewards.values()
+
+
+@pytest.mark.parametrize("domain", ["telecom", "mock"])
+def test_cached_rewards_equal_stock_in_solo_mode(domain):
+    ids = sample(domain, "test", 3) if domain == "telecom" else ["create_task_1", "update_task_1"]
+    check_domain_sample(domain, ids, solo=True)
+
+
+def test_the_judge_s_verdicts_decide_cached_rewards_as_they_do_stock_ones():
+    task_id = _judged_retail_tasks(1)[0]
+    rewards = check_domain_sample("retail", [task_id], kinds={"ground_truth"}, judge=_denying_judge)
+    assert rewards == {f"{task_id}/ground_truth": 0.0}
+    task = tau2_domain.get_task("retail", task_id)
+    outcome = assert_same_as_stock("retail", task, simulate("retail", task, task.evaluation_criteria.actions))
+    assert isinstance(outcome, str) and outcome.startswith("NoJudge: ")  # refused alike without a judge
 
 
 async def _replay(endpoint, domain: str, ids: list[str], dump_dir: str) -> dict[str, float]:
@@ -42,17 +87,16 @@ async def _replay(endpoint, domain: str, ids: list[str], dump_dir: str) -> dict[
 
 
 def test_ground_truth_replays_to_one_through_the_workflow(endpoint, tmp_path):
-    """Telecom's whole test split and airline test tasks, among them ones 26.3 grades differently: 1.0.1's
-    own ground truth, played by the scripted oracle through the workflow, scores 1.0 with stock 1.0.1."""
+    """Airline's and telecom's whole test splits, among them the airline tasks 26.3 grades differently:
+    1.0.1's own ground truth, played by the scripted oracle through the workflow, scores 1.0 with the
+    cache on."""
     airline_ids = tau2_domain.task_ids("airline", "test")
-    flagged = regraded.affected("airline", airline_ids)[:AIRLINE_SAMPLE // 2]
-    sample = flagged + [t for t in airline_ids if t not in flagged][:AIRLINE_SAMPLE - len(flagged)]
     telecom_ids = tau2_domain.task_ids("telecom", "test")
-    rewards = {**{("airline", t): r for t, r in asyncio.run(_replay(endpoint, "airline", sample,
+    rewards = {**{("airline", t): r for t, r in asyncio.run(_replay(endpoint, "airline", airline_ids,
                                                                       str(tmp_path))).items()},
                **{("telecom", t): r for t, r in asyncio.run(_replay(endpoint, "telecom", telecom_ids,
                                                                       str(tmp_path))).items()}}
-    assert len(rewards) == len(sample) + len(telecom_ids) and flagged
+    assert len(rewards) == len(airline_ids) + len(telecom_ids) and regraded.affected("airline", airline_ids)
     assert {k: r for k, r in rewards.items() if r != 1.0} == {}
     dumps = [json.loads(p.read_text()) for p in tmp_path.rglob("*.json")]
     assert len(dumps) == len(rewards) and {d["tau2"] for d in dumps} == {"tau2 1.0.1"}

@@ -19,11 +19,12 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.mark.slow
 @needs_upstream_archive
 def test_the_workflow_on_tau2_1_0_1():
-    """Ground truth replays to 1.0 (airline, telecom, retail with a scripted judge), the judge's
-    failures reject episodes with their own reasons, evaluation and SFT export work: see on_upstream.py."""
+    """The cache scores like stock 1.0.1 (airline, retail with a scripted judge, telecom, mock, solo mode),
+    ground truth replays to 1.0 through it, the judge's failures reject episodes with their own reasons,
+    evaluation and SFT export work: see on_upstream.py."""
     env = overlay_env(source_tree(VENDORED_ARCHIVE))
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/releases/on_upstream.py"]
     done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=500)
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
     summary = re.search(r"^(\d+) passed(.*) in ", done.stdout, re.M)
-    assert summary and int(summary.group(1)) == 9 and "skipped" not in summary.group(2), done.stdout[-3000:]
+    assert summary and int(summary.group(1)) == 16 and "skipped" not in summary.group(2), done.stdout[-3000:]

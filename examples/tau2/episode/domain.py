@@ -99,16 +99,16 @@ def evaluate(simulation: SimulationRun, task: Task, domain: str, solo_mode: bool
     """tau2's `evaluate_simulation` with every criterion (DB/env, actions, communicate, and on tau2
     1.0.x the NL assertions, whose verdicts come from `judge`; without one such a task raises `NoJudge`)."""
     _check_domain(domain)
-    if tau2_cache.is_enabled():
-        return tau2_cache.evaluate_all(simulation, task, domain, solo_mode)
     if not tau2_judge.needs_judge(task):
-        return _stock_evaluate(simulation, task, domain, solo_mode)
+        return _evaluate(simulation, task, domain, solo_mode)
     tau2_judge.install()
     with tau2_judge.judging(judge):
-        return _stock_evaluate(simulation, task, domain, solo_mode)
+        return _evaluate(simulation, task, domain, solo_mode)
 
 
-def _stock_evaluate(simulation: SimulationRun, task: Task, domain: str, solo_mode: bool) -> RewardInfo:
+def _evaluate(simulation: SimulationRun, task: Task, domain: str, solo_mode: bool) -> RewardInfo:
+    if tau2_cache.is_enabled():
+        return tau2_cache.evaluate_all(simulation, task, domain, solo_mode)
     return evaluate_simulation(
         simulation=simulation,
         task=task,
