@@ -15,6 +15,7 @@ import threading
 
 import pytest
 from tau2.data_model.message import ToolCall
+from tau2.environment.toolkit import get_tool_types
 from tau2.registry import registry
 from tau2.utils.utils import get_dict_hash
 
@@ -280,6 +281,21 @@ def test_tool_set_matches_a_fresh_environments_tools(domain):
         assert [t.name for t in mine] == [t.name for t in theirs]
     assert cached.agent_schemas == stock.agent_schemas and cached.user_schemas == stock.user_schemas
     assert (len(cached.user) > 0) == (domain == "telecom")
+
+
+@pytest.mark.parametrize("domain,solo", [("telecom", False), ("telecom", True), ("retail", False),
+                                         ("airline", True)])
+def test_tool_types_are_listed_as_stock_tau2_lists_them_for_its_action_evaluator(domain, solo):
+    """tau2 1.0.x's `evaluate_simulation` lists agent then user tool types from a fresh environment, and
+    passes None when that environment cannot be built (airline has no solo mode)."""
+    try:
+        env = registry.get_env_constructor(domain)(solo_mode=solo)
+    except ValueError:
+        expected = None
+    else:
+        expected = {**get_tool_types(env.tools), **(get_tool_types(env.user_tools) if env.user_tools else {})}
+        assert len(expected) > 1
+    assert tau2_cache.domain_cache(domain).tool_types(solo) == expected
 
 
 def test_cache_only_runs_on_the_tau2_releases_it_mirrors(monkeypatch):

@@ -534,9 +534,10 @@ class DomainCache:
                 if env.tools is not None:
                     types = get_tool_types(env.tools)
                 if env.user_tools is not None:
-                    types = {**(types or {}), **get_tool_types(env.user_tools)}
-            except Exception:  # as tau2: the action evaluator then runs without tool types
-                types = None
+                    user_types = get_tool_types(env.user_tools)
+                    types = user_types if types is None else {**types, **user_types}
+            except Exception:  # as tau2: the action evaluator gets what was listed before (often None)
+                pass
             with self._lock:
                 self._tool_types.setdefault(solo_mode, types)
         return self._tool_types[solo_mode]
