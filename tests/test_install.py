@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import importlib.metadata
 import os
@@ -124,8 +123,10 @@ def test_an_unset_tau2_keeps_the_release_the_venv_has(tmp_path):
     every tau2_rl.sh command does); asking for the other release reinstalls."""
     source = tmp_path / "tau2-bench"
     source.mkdir()
-    digest = hashlib.sha256((REPO / "requirements" / "cpu.lock").read_bytes()
-                            + (REPO / "pyproject.toml").read_bytes()).hexdigest()
+    digest = subprocess.run(["bash", "-c", 'source scripts/venv_lib.sh && files_hash "$@"', "hash",
+                             "requirements/cpu.lock", "pyproject.toml"],
+                            cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
+    assert re.fullmatch(r"[0-9a-f]{64}", digest)
     (tmp_path / "venv").mkdir()
     (tmp_path / "venv" / ".tau2-areal-installed").write_text(f"{digest} tau2=upstream {source}\n")
     kept = _install(tmp_path, PYTHON="no-such-python3.11")

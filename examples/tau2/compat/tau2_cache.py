@@ -339,9 +339,11 @@ class DbSnapshot:
         """Equal digests (from one snapshot) <=> equal tau2 hashes `get_dict_hash(db.model_dump())`.
 
         For a fork this costs O(rows the episode touched); any other database of the class is
-        compared row by row (correct, as slow as a hash).
+        compared row by row (correct, as slow as a hash). A database of another class gets tau2's own
+        hash: tau2 1.0.1's `set_state` points the user toolkit at the agent's database when a task's
+        initialization data updates the latter (mock).
         """
-        if self.tables is None:
+        if self.tables is None or type(db) is not type(self.db):
             return get_dict_hash(db.model_dump())
         removed, changed = [], []
         for name, table in self.tables.items():
@@ -629,16 +631,10 @@ class DomainCache:
 
 
 def _digest(snapshot: DbSnapshot | None, tools: ToolKitBase | None) -> TableDiff | str | None:
-    """The digest standing for tau2's `get_db_hash()` (None where tau2's is None: no toolkit).
-
-    A toolkit may hold another class of database than its snapshot: tau2 1.0.1's `set_state` points the
-    user toolkit at the agent's database when a task's initialization data updates the latter (mock).
-    Such a database gets tau2's own hash."""
+    """The digest standing for tau2's `get_db_hash()` (None where tau2's is None: no toolkit)."""
     if tools is None:
         return None
     assert snapshot is not None, "an environment has a toolkit its snapshot lacks"
-    if type(tools.db) is not type(snapshot.db):
-        return get_dict_hash(tools.db.model_dump())
     return snapshot.digest(tools.db)
 
 
@@ -691,11 +687,12 @@ def evaluate_all(simulation: SimulationRun, task: Task, domain: str, solo_mode: 
     messages = simulation.messages
     basis = set(task.evaluation_criteria.reward_basis)
     env_info = cache.environment_reward(task, messages, solo_mode)
+    # 1.0.x's action evaluator also reads the tool types (26.3's takes no such argument).
+    action_args = {"tool_types": cache.tool_types(solo_mode)} if _UPSTREAM_EVALUATOR else {}
+    action_info = ActionEvaluator.calculate_reward(task=task, full_trajectory=messages, **action_args)
+    communicate_info = CommunicateEvaluator.calculate_reward(task=task, full_trajectory=messages)
     nl_info = None
     if _UPSTREAM_EVALUATOR:
-        action_info = ActionEvaluator.calculate_reward(task=task, full_trajectory=messages,
-                                                       tool_types=cache.tool_types(solo_mode))
-        communicate_info = CommunicateEvaluator.calculate_reward(task=task, full_trajectory=messages)
         if RewardType.NL_ASSERTION in basis:
             nl_info = NLAssertionsEvaluator.calculate_reward(task=task, full_trajectory=messages)
         evaluated = {RewardType.DB, RewardType.ENV_ASSERTION, RewardType.ACTION, RewardType.COMMUNICATE}
@@ -704,9 +701,6 @@ def evaluate_all(simulation: SimulationRun, task: Task, domain: str, solo_mode: 
         if basis - evaluated:
             raise ValueError(f"Task reward_basis includes {basis - evaluated} but these were not "
                              "evaluated. evaluation_type=all")
-    else:
-        action_info = ActionEvaluator.calculate_reward(task=task, full_trajectory=messages)
-        communicate_info = CommunicateEvaluator.calculate_reward(task=task, full_trajectory=messages)
 
     reward = 1.0
     breakdown = {}
