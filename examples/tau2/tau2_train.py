@@ -49,6 +49,11 @@ def main(argv: list[str] | None = None) -> int:
     if dry_run:
         print(report)
         return 1 if errors else 0
+    if loaded.config.scheduler.type == "slurm" and not dry_run:
+        from examples.tau2.slurm.checks import unreachable
+
+        errors += [problem for problem in [unreachable()] if problem]
+        report = format_plan(build_plan(loaded), errors)
     if errors:
         print(report, file=sys.stderr)
         print(f"tau2_train: {len(errors)} problem(s); nothing was started", file=sys.stderr)
@@ -57,7 +62,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run(loaded)
     finally:  # AReaL stops its workers on a normal exit; this covers a run that failed half-way
+        from examples.tau2.training.recover import cancel_slurm_jobs
+
         stop_descendants(logger)
+        cancel_slurm_jobs(loaded.config, logger)
     return 0
 
 

@@ -6,7 +6,6 @@ sentence instead of a check that silently tests the wrong thing.
 
 from __future__ import annotations
 
-import inspect
 import os
 
 from examples.tau2.compat import require
@@ -36,15 +35,6 @@ def parse_combined_allocation(mode: str):
     from areal.api.alloc_mode import _AllocationMode
 
     return _AllocationMode.from_str(mode)
-
-
-def slurm_bind_root() -> str:
-    """The host directory `SlurmScheduler` binds into every worker's container (1.0.4: /storage)."""
-    require("areal", AREAL_VERSION, "the SLURM checks (examples/tau2/compat/areal_api.py)")
-    from areal.infra.scheduler.slurm import SlurmScheduler
-
-    mounts = inspect.signature(SlurmScheduler.__init__).parameters["container_mounts"].default
-    return str(mounts).split(":", 1)[0]
 
 
 def tree_block_size() -> int:

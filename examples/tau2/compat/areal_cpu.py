@@ -41,6 +41,7 @@ from areal.utils.stats_logger import StatsLogger
 
 from examples.tau2.compat import require
 from examples.tau2.compat.areal_serving import ServingRolloutMixin, ServingvLLMEngine
+from examples.tau2.slurm.scheduler import Tau2SchedulerMixin
 
 if TYPE_CHECKING:
     from examples.tau2.training.parity import RecordedParity
@@ -164,9 +165,10 @@ class JsonlStatsLogger(StatsLogger):
                 self.log.info("%s %d done: %s", self.step_label, global_step + 1, summary)
 
 
-class CpuPPOTrainer(ServingRolloutMixin, PPOTrainer):
+class CpuPPOTrainer(Tau2SchedulerMixin, ServingRolloutMixin, PPOTrainer):
     """`PPOTrainer` with the CPU-capable engines above (single-controller mode), whose proxy renders
-    prompts as the serving engine does (`compat/areal_serving.py`)."""
+    prompts as the serving engine does (`compat/areal_serving.py`), on this machine or through SLURM
+    (`slurm/scheduler.py`)."""
 
     def __init__(self, config, train_dataset=None, valid_dataset=None):
         require("areal", "1.0.4", "CpuPPOTrainer (examples/tau2/compat/areal_cpu.py)")

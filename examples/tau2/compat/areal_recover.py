@@ -1,7 +1,7 @@
 """AReaL 1.0.4's recover checkpoints made safe against `kill -9` (mirrors `PPOTrainer.train`'s step order).
 
-`resumable_trainer_class(PPOTrainer)` (or any subclass) changes two things, both only in how the same
-state is written:
+`resumable_trainer_class(PPOTrainer)` (or any subclass) changes how the same state is written (1, 2) and
+stops a run that can no longer train (3, 4):
 
 1. **Atomic saves.** AReaL's `RecoverHandler.dump` overwrites `default/recover_checkpoint` (DCP) and
    the files of `recover_info/` in place. A kill during a save leaves a checkpoint of one step with the
@@ -21,10 +21,14 @@ state is written:
    server, so the rerun (which resumes) can start a fresh one. If that interrupt does not end the run
    within a minute (SIGINT is ignored in jobs started with `&` by a non-interactive shell), the watchdog
    stops the child processes and exits with status 1.
+4. **A SLURM job that ends stops the run.** Under `scheduler.type=slurm` (`slurm.scheduler`) a second
+   `Watchdog` asks SLURM every `job_poll_s` whether each job of the workers still runs; a cancelled,
+   failed or node-lost job stops the run with `WorkerJobEnded`, naming the job, its role, state and node.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import shutil
@@ -32,6 +36,7 @@ import signal
 import socket
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +93,10 @@ class InferenceServerDied(RuntimeError):
     """An inference server stopped accepting connections during training."""
 
 
+class WorkerJobEnded(RuntimeError):
+    """A SLURM job of the run's workers ended (cancelled, failed, node lost) during training."""
+
+
 def interrupt_main_thread() -> None:
     """SIGINT to the main thread: wakes it from a blocking wait (`_thread.interrupt_main` would not)."""
     ident = threading.main_thread().ident
@@ -103,47 +112,71 @@ def accepts_connections(host: str, port: int, timeout_s: float = 5.0) -> bool:
         return False
 
 
-class ServerWatchdog:
-    """While active, connects to each `(host, port)` every `poll_s`; once one has refused for
-    `dead_after_s`, logs it and interrupts the main thread (`failure` says why). If the run is still inside
-    the watched block `exit_after_s` later (a process started in the background by a non-interactive
-    shell inherits SIGINT ignored, and a wait may swallow the interrupt), it stops every child process and
-    exits the process with status 1: a dead server must end the run, never stall it."""
+class Watchdog:
+    """While active, calls `probe()` every `poll_s`; the first time it returns a sentence (the run cannot
+    go on), logs it and interrupts the main thread (`failure` says why). If the run is still inside the
+    watched block `exit_after_s` later (a process started in the background by a non-interactive shell
+    inherits SIGINT ignored, and a wait may swallow the interrupt), it stops every child process and exits
+    the process with status 1: a dead part of the run must end it, never stall it."""
 
-    def __init__(self, addresses: list[tuple[str, int]], dead_after_s: float, poll_s: float = 5.0,
-                 exit_after_s: float = 60.0):
-        self.addresses, self.dead_after_s, self.poll_s = addresses, dead_after_s, poll_s
-        self.exit_after_s = exit_after_s
+    def __init__(self, probe: Callable[[], str], poll_s: float = 5.0, exit_after_s: float = 60.0,
+                 name: str = "tau2-watchdog"):
+        self.probe, self.poll_s, self.exit_after_s = probe, poll_s, exit_after_s
         self.failure = ""
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._watch, daemon=True, name="tau2-server-watchdog")
+        self._thread = threading.Thread(target=self._watch, daemon=True, name=name)
 
-    def __enter__(self) -> ServerWatchdog:
-        if self.addresses:
-            self._thread.start()
+    def __enter__(self) -> Watchdog:
+        self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
 
     def _watch(self) -> None:
-        down_since: dict[tuple[str, int], float] = {}
         while not self._stop.wait(self.poll_s):
-            for host, port in self.addresses:
-                if accepts_connections(host, port):
-                    down_since.pop((host, port), None)
-                    continue
-                since = down_since.setdefault((host, port), time.monotonic())
-                if time.monotonic() - since >= self.dead_after_s and not self._stop.is_set():
-                    self.failure = (f"the inference server at {host}:{port} has refused connections for "
-                                    f"{time.monotonic() - since:.0f} s (it died); rerun the same command to "
-                                    "resume from the last saved step")
-                    logger.error("%s", self.failure)
-                    interrupt_main_thread()
-                    if not self._stop.wait(self.exit_after_s):
-                        exit_now(f"the run did not stop within {self.exit_after_s:.0f} s of the interrupt; "
-                                 f"exiting: {self.failure}")
-                    return
+            try:
+                failure = self.probe()
+            except Exception as e:  # a probe that cannot look (e.g. SLURM busy) is not a failure of the run
+                logger.warning("%s could not check the run: %s: %s", self._thread.name, type(e).__name__, e)
+                continue
+            if not failure or self._stop.is_set():
+                continue
+            self.failure = failure
+            logger.error("%s", failure)
+            interrupt_main_thread()
+            if not self._stop.wait(self.exit_after_s):
+                exit_now(f"the run did not stop within {self.exit_after_s:.0f} s of the interrupt; "
+                         f"exiting: {failure}")
+            return
+
+
+class ServerWatchdog(Watchdog):
+    """A `Watchdog` that connects to each `(host, port)` every `poll_s` and fails once one has refused
+    connections for `dead_after_s`."""
+
+    def __init__(self, addresses: list[tuple[str, int]], dead_after_s: float, poll_s: float = 5.0,
+                 exit_after_s: float = 60.0):
+        super().__init__(self._dead_server, poll_s, exit_after_s, name="tau2-server-watchdog")
+        self.addresses, self.dead_after_s = addresses, dead_after_s
+        self._down_since: dict[tuple[str, int], float] = {}
+
+    def __enter__(self) -> ServerWatchdog:
+        if self.addresses:
+            super().__enter__()
+        return self
+
+    def _dead_server(self) -> str:
+        for host, port in self.addresses:
+            if accepts_connections(host, port):
+                self._down_since.pop((host, port), None)
+                continue
+            since = self._down_since.setdefault((host, port), time.monotonic())
+            if time.monotonic() - since >= self.dead_after_s:
+                return (f"the inference server at {host}:{port} has refused connections for "
+                        f"{time.monotonic() - since:.0f} s (it died); rerun the same command to resume from "
+                        "the last saved step")
+        return ""
 
 
 def exit_now(message: str) -> None:
@@ -162,6 +195,8 @@ class ResumableTrainerMixin:
     _deferred_recover_save: tuple[int, int, int] | None = None
     server_dead_after_s: float = 60.0
     """Refused connections for this long make an inference server dead (a busy one still accepts)."""
+    job_poll_s: float = 5.0
+    """How often a SLURM run checks that every job of its workers still runs."""
 
     def __init__(self, config: Any, *args: Any, **kwargs: Any):
         require("areal", "1.0.4", "ResumableTrainerMixin (examples/tau2/compat/areal_recover.py)")
@@ -170,12 +205,20 @@ class ResumableTrainerMixin:
 
     def train(self, *args: Any, **kwargs: Any) -> Any:
         servers = getattr(getattr(self, "rollout", None), "server_infos", None) or []
-        with ServerWatchdog([(s.host, s.port) for s in servers], self.server_dead_after_s) as watchdog:
+        # A scheduler that can tell when one of its jobs ended (slurm.scheduler.Tau2SlurmScheduler).
+        ended_job = getattr(getattr(self, "scheduler", None), "ended_job", None)
+        with contextlib.ExitStack() as watching:
+            jobs = watching.enter_context(Watchdog(ended_job, self.job_poll_s, name="tau2-job-watchdog")) \
+                if ended_job is not None else None
+            servers_watched = watching.enter_context(
+                ServerWatchdog([(s.host, s.port) for s in servers], self.server_dead_after_s))
             try:
                 return super().train(*args, **kwargs)  # type: ignore[misc]
             except KeyboardInterrupt:
-                if watchdog.failure:
-                    raise InferenceServerDied(watchdog.failure) from None
+                if jobs is not None and jobs.failure:
+                    raise WorkerJobEnded(jobs.failure) from None
+                if servers_watched.failure:
+                    raise InferenceServerDied(servers_watched.failure) from None
                 raise
 
     def _save_recover_checkpoint(self, epoch: int, epoch_step: int, global_step: int) -> None:

@@ -43,6 +43,7 @@ from areal.utils.environ import is_single_controller
 from examples.tau2.compat import UnsupportedVersion, require
 from examples.tau2.compat.areal_groups import PartialGroupEngine
 from examples.tau2.compat.serving_render import ServingEngine, template_inputs
+from examples.tau2.slurm.scheduler import Tau2SchedulerMixin
 
 logger = logging.getLogger("tau2_areal.serving")
 
@@ -208,5 +209,6 @@ class ServingRolloutMixin:
 
 
 
-class ServingPPOTrainer(ServingRolloutMixin, PPOTrainer):
-    """AReaL's `PPOTrainer` whose proxy renders prompts as the serving engine does (the GPU entry's)."""
+class ServingPPOTrainer(Tau2SchedulerMixin, ServingRolloutMixin, PPOTrainer):
+    """AReaL's `PPOTrainer` whose proxy renders prompts as the serving engine does (the GPU entry's), on
+    this machine or through SLURM (`slurm/scheduler.py`)."""

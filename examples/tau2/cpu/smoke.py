@@ -92,6 +92,8 @@ class SmokeResult:
     timings_s: dict[str, float]
     paths: dict[str, str]
     problems: list[str] = field(default_factory=list)
+    placement: list[str] = field(default_factory=list)
+    """Under `scheduler.type=slurm`: which SLURM job ran which role on which node."""
 
     @property
     def ok(self) -> bool:
@@ -251,6 +253,7 @@ def format_result(r: SmokeResult, tol: float) -> str:
     lines.append(f"weights: {r.weights_changed}/{r.weights_total} tensors changed, "
                  f"relative change {r.weight_rel_change:.2e}")
     lines.append(f"episode dumps: {r.episode_dumps}")
+    lines += [f"slurm: {line}" for line in r.placement]
     lines.append("timings: " + ", ".join(f"{k} {v:.0f} s" for k, v in r.timings_s.items()))
     for name, p in r.paths.items():
         lines.append(f"{name:>12}: {p}")
@@ -272,6 +275,7 @@ def run(config_file: Path, overrides: list[str], config: Tau2SmokeConfig) -> Smo
     from examples.tau2.compat.areal_recover import resumable_trainer_class
     from examples.tau2.cpu.scripted_endpoint import EndpointThread
     from examples.tau2.curriculum import sampler as tau2_curriculum
+    from examples.tau2.slurm.scheduler import describe_jobs
     from examples.tau2.tau2_train import train_call
     from examples.tau2.training import dataset as tau2_dataset
     from examples.tau2.training.recover import prepare_resume, reaper_running
@@ -318,6 +322,9 @@ def run(config_file: Path, overrides: list[str], config: Tau2SmokeConfig) -> Smo
             trainer_cls = tau2_curriculum.curriculum_trainer_class(trainer_cls)
         with trainer_cls(config, train_dataset=tau2_dataset.to_dataset(rows)) as trainer:
             timings["startup"] = time.perf_counter() - t
+            placement = describe_jobs(trainer.scheduler)
+            for line in placement:
+                logger.info("%s", line)
             t = time.perf_counter()
             trainer.train(**train_call(config, with_validation=False))
             timings["train"] = time.perf_counter() - t
@@ -331,7 +338,7 @@ def run(config_file: Path, overrides: list[str], config: Tau2SmokeConfig) -> Smo
         paths["parity"] = str(parity_dir)
     if stats:
         plot_curves(stats, log_dir / PLOT_FILE, config.smoke.logprob_ratio_tolerance)
-    result = evaluate_run(config, stats, model_dir, timings, paths)
+    result = dataclasses.replace(evaluate_run(config, stats, model_dir, timings, paths), placement=placement)
     (log_dir / SUMMARY_FILE).write_text(json.dumps(dataclasses.asdict(result), indent=2))
     return result
 
@@ -344,7 +351,7 @@ def log_progress() -> None:
     from examples.tau2.training import recover as tau2_recover
 
     console_logging(logger, tau2_utils.logger, tiny_model.logger, areal_cpu.logger, tau2_recover.logger,
-                    areal_recover.logger)
+                    areal_recover.logger, logging.getLogger("tau2_areal.slurm"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -364,8 +371,11 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     try:
         result = run(config_file, overrides, config)
-    finally:
+    finally:  # AReaL stops its workers on a normal exit; this covers a run that failed half-way
+        from examples.tau2.training.recover import cancel_slurm_jobs
+
         stop_descendants(logger)
+        cancel_slurm_jobs(config, logger)
     print(format_result(result, config.smoke.logprob_ratio_tolerance), flush=True)
     return 0 if result.ok else 1
 

@@ -135,6 +135,10 @@ def check_config(config: Tau2SmokeConfig) -> list[str]:
         vllm_python()
     except FileNotFoundError as e:
         errors.append(str(e))
+    if config.scheduler.type == "slurm":
+        from examples.tau2.slurm.checks import unreachable
+
+        errors += [problem for problem in [unreachable()] if problem]
     errors += check_paths(config)
     dataset_errors = check_datasets(config.econfig)
     errors += dataset_errors

@@ -151,13 +151,6 @@ def check_curriculum(config: Any) -> list[str]:
     if not (probe.is_dir() and os.access(probe, os.W_OK | os.X_OK)):
         errors.append(f"curriculum outcomes directory {path} cannot be created ({probe} is not a writable "
                       "directory)")
-    if config.scheduler.type == "slurm":
-        from examples.tau2.compat.areal_api import slurm_bind_root
-
-        bind = slurm_bind_root()
-        if not path.is_relative_to(bind):
-            errors.append(f"curriculum outcomes directory {path} is outside {bind}, the only host directory "
-                          "the SLURM workers see, so the controller would never read their outcomes")
     if config.train_dataset.num_workers:
         errors.append("curriculum needs train_dataset.num_workers=0 (its sampler reads outcomes and draws "
                       "each batch in the controller process)")

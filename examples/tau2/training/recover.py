@@ -8,8 +8,9 @@ them when a rerun with the same experiment, trial and fileroot finds them. A `ki
 anywhere, so a rerun (`prepare_resume`, before `PPOTrainer` starts) first:
 
 1. stops leftover workers of the trial: AReaL's workers (rpc servers, the inference server, proxies)
-   do not notice that their controller died (`stop_leftover_workers`; while the controller lives,
-   `start_reaper` runs a small watcher that does the same as soon as it dies);
+   do not notice that their controller died (`stop_leftover_workers` on this machine, `cancel_slurm_jobs`
+   under SLURM; while the controller lives, `start_reaper` runs a small watcher that does the same as
+   soon as it dies);
 2. finishes or undoes a save the kill interrupted (`repair`): saves go to `<dir>.next` first and are
    swapped in after a journal is written (`compat/areal_recover.py`), because AReaL overwrites its
    one checkpoint in place and a torn info file makes it start over from step 1 without a word;
@@ -247,10 +248,34 @@ def _trial_key(config: Any) -> tuple[str, str, str]:
 
 
 def stop_leftover_workers(config: Any) -> list[int]:
-    """Stop the workers a dead controller of this trial left behind (local scheduler only)."""
+    """Stop the workers a dead controller of this trial left behind on this machine (local scheduler)."""
     if config.scheduler.type != "local":
         return []
     return stop_process_trees(worker_processes(*_trial_key(config)))
+
+
+def cancel_slurm_jobs(config: Any, log: logging.Logger | None = None) -> list[str]:
+    """Cancel every SLURM job of this trial, pending ones too (`scheduler.type=slurm`; else nothing):
+    what a controller leaves when it fails half-way, or dies. Returns a description of each job cancelled.
+    A SLURM that does not answer is logged, not raised: the caller is already on its way out."""
+    if config.scheduler.type != "slurm":
+        return []
+    from examples.tau2.slurm.queue import SlurmError
+    from examples.tau2.slurm.registry import cancel_run_jobs
+
+    try:
+        cancelled = [j.describe() for j in cancel_run_jobs(*_slurm_trial_key(config))]
+    except SlurmError as e:
+        (log or logger).error("could not cancel the SLURM jobs of %s/%s: %s", config.experiment_name,
+                              config.trial_name, e)
+        return []
+    if cancelled and log is not None:
+        log.warning("cancelled %d SLURM job(s) of this trial: %s", len(cancelled), "; ".join(cancelled))
+    return cancelled
+
+
+def _slurm_trial_key(config: Any) -> tuple[str, str, str]:
+    return config.cluster.fileroot, config.experiment_name, config.trial_name
 
 
 def live_controller(paths: RecoverPaths) -> dict[str, Any] | None:
@@ -283,19 +308,20 @@ def record_controller(paths: RecoverPaths) -> None:
 
 
 def start_reaper(config: Any) -> subprocess.Popen | None:
-    """A watcher, in its own session, that stops this trial's workers once this process dies (however);
-    it logs to `reaper.log` in AReaL's log directory of the trial.
+    """A watcher, in its own session, that stops this trial's workers once this process dies (however):
+    their processes on this machine (local scheduler) or their SLURM jobs, pending ones too (slurm). It
+    logs to `reaper.log` in AReaL's log directory of the trial.
 
     AReaL stops its workers when the controller exits normally or raises; after `kill -9` (or the OOM
-    killer) they would live on, holding ports, memory and GPUs."""
-    if config.scheduler.type != "local":
+    killer) they would live on, holding ports, memory and GPUs (on a cluster: whole nodes)."""
+    if config.scheduler.type not in ("local", "slurm"):
         return None
     import psutil
 
     experiment, trial, fileroot = _trial_key(config)
     cmd = [sys.executable, "-m", "examples.tau2.training.recover", "reap", "--pid", str(os.getpid()),
            "--create-time", repr(psutil.Process().create_time()), "--experiment-name", experiment,
-           "--trial-name", trial, "--fileroot", fileroot]
+           "--trial-name", trial, "--fileroot", fileroot, "--scheduler", config.scheduler.type]
     log_file = Path(fileroot) / "logs" / getpass.getuser() / experiment / trial / "reaper.log"
     log_file.parent.mkdir(parents=True, exist_ok=True)
     with log_file.open("a", encoding="utf-8") as out:
@@ -317,8 +343,9 @@ def reaper_running(config: Any) -> Iterator[subprocess.Popen | None]:
 
 
 def reap(pid: int, create_time: float, experiment: str, trial: str, fileroot: str,
-         poll_s: float = 0.5) -> list[int]:
-    """Wait for the controller `pid` to end, then stop the trial's workers it started; their pids."""
+         poll_s: float = 0.5, scheduler: str = "local") -> list[int]:
+    """Wait for the controller `pid` to end, then stop the trial's workers it started: their processes
+    (returns their pids) or, under SLURM, their jobs (returns the job ids)."""
     import psutil
 
     while True:
@@ -331,11 +358,30 @@ def reap(pid: int, create_time: float, experiment: str, trial: str, fileroot: st
         time.sleep(poll_s)
     died = time.time()
     time.sleep(poll_s)  # a normal exit stops the workers itself; give stragglers a moment
+    if scheduler == "slurm":
+        return _reap_jobs(pid, experiment, trial, fileroot)
     stopped = stop_process_trees(worker_processes(experiment, trial, fileroot, started_before=died))
     if stopped:
         print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} reaper: controller {pid} is gone; stopped "
               f"{len(stopped)} process(es) of {experiment}/{trial}: {stopped}", flush=True)
     return stopped
+
+
+def _reap_jobs(pid: int, experiment: str, trial: str, fileroot: str) -> list[int]:
+    from examples.tau2.slurm.queue import SlurmError
+    from examples.tau2.slurm.registry import cancel_run_jobs
+
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+    try:
+        cancelled = cancel_run_jobs(fileroot, experiment, trial)
+    except SlurmError as e:
+        print(f"{stamp} reaper: controller {pid} is gone; could not cancel the SLURM jobs of "
+              f"{experiment}/{trial}: {e}", flush=True)
+        return []
+    if cancelled:
+        print(f"{stamp} reaper: controller {pid} is gone; cancelled {len(cancelled)} SLURM job(s) of "
+              f"{experiment}/{trial}: " + "; ".join(j.describe() for j in cancelled), flush=True)
+    return [j.job_id for j in cancelled]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -412,6 +458,7 @@ def prepare_resume(config: Any, stats_path: Path | None = None, restart_finished
     if stopped:
         logger.warning("stopped %d leftover process(es) of a previous controller of this trial: %s",
                        len(stopped), stopped)
+    cancel_slurm_jobs(config, logger)  # a previous controller's jobs (it is not running: checked above)
     repaired = repair(paths) if paths.save_root.is_dir() else ""
     if repaired:
         logger.warning("recover state: %s", repaired)
@@ -527,8 +574,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--experiment-name", required=True)
     p.add_argument("--trial-name", required=True)
     p.add_argument("--fileroot", required=True)
+    p.add_argument("--scheduler", choices=("local", "slurm"), default="local")
     args = parser.parse_args(argv)
-    reap(args.pid, args.create_time, args.experiment_name, args.trial_name, args.fileroot)
+    reap(args.pid, args.create_time, args.experiment_name, args.trial_name, args.fileroot,
+         scheduler=args.scheduler)
     return 0
 
 

@@ -22,11 +22,12 @@ from areal.infra.utils.http import DEFAULT_ADMIN_API_KEY
 from areal.utils.network import gethostip
 
 from examples.tau2.compat import tau2_judge
-from examples.tau2.compat.areal_api import archon_model_types, slurm_bind_root, tree_block_size
+from examples.tau2.compat.areal_api import archon_model_types, tree_block_size
 from examples.tau2.compat.tau2_release import installed_release
 from examples.tau2.curriculum.sampler import check_curriculum, outcomes_dir
 from examples.tau2.episode import domain as tau2_domain
 from examples.tau2.releases import regraded
+from examples.tau2.slurm.checks import check_slurm, describe_cluster
 from examples.tau2.training import dataset as tau2_dataset
 from examples.tau2.training.alloc import parse_backend
 from examples.tau2.training.config import LoadedConfig, Tau2PPOConfig, Tau2TrainEnvConfig
@@ -35,6 +36,7 @@ from examples.tau2.training.tracking import check_tracking, describe_tracking
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "::1", "localhost"})
 USER_CHECK_TIMEOUT_S = 5.0
+REPO = Path(__file__).resolve().parents[3]
 SCHEDULERS = ("local", "slurm")
 
 
@@ -128,7 +130,7 @@ def check_gpus(config: Tau2PPOConfig, uses: list[EngineUse]) -> list[str]:
         if u.gpus_per_instance > cluster.n_gpus_per_node and u.role == "rollout":
             errors.append(f"one {u.alloc.backend} server of rollout.backend={u.backend} needs "
                           f"{u.gpus_per_instance} GPUs, more than one node has ({cluster.n_gpus_per_node})")
-        if scheduler == "slurm" and u.gpus % cluster.n_gpus_per_node:
+        if scheduler == "slurm" and cluster.n_gpus_per_node and u.gpus % cluster.n_gpus_per_node:
             errors.append(f"SLURM takes whole nodes: {u.role} uses {u.gpus} GPUs, not a multiple of "
                           f"cluster.n_gpus_per_node={cluster.n_gpus_per_node}")
     for role, specs in (("rollout", config.rollout.scheduling_spec), ("actor", config.actor.scheduling_spec)):
@@ -280,27 +282,31 @@ def shared_paths(config: Tau2PPOConfig) -> dict[str, str]:
     return paths
 
 
+def container_paths(config: Tau2PPOConfig) -> dict[str, str]:
+    """Host directories every SLURM worker reads or writes by the controller's path: each must be bound
+    into a container at the same path (`slurm.checks`)."""
+    paths = dict(shared_paths(config))
+    paths["this checkout (the workers import examples.tau2 from it)"] = str(REPO)
+    if config.econfig.dump_dir:
+        paths["econfig.dump_dir"] = config.econfig.dump_dir
+    if config.curriculum.enabled:
+        paths["curriculum outcomes directory"] = outcomes_dir(config)
+    if config.actor.path and Path(config.actor.path).is_dir():
+        paths["actor.path"] = config.actor.path
+    return paths
+
+
 def check_paths(config: Tau2PPOConfig) -> list[str]:
     errors = []
-    bind = slurm_bind_root()
     for name, value in shared_paths(config).items():
         if not value:
             errors.append(f"{name} must be set")
             continue
-        path = Path(value).absolute()
-        problem = _creatable(path)
+        problem = _creatable(Path(value).absolute())
         if problem:
             errors.append(f"{name}={value} does not exist and cannot be created ({problem})")
-        if config.scheduler.type == "slurm" and not path.is_relative_to(bind):
-            errors.append(f"{name}={value} is outside {bind}, the only host directory AReaL's SlurmScheduler "
-                          "binds into the workers' containers")
     if config.scheduler.type == "slurm":
-        images = {config.rollout.scheduling_spec[0].image: "rollout",
-                  config.actor.scheduling_spec[0].image: "actor"}
-        for image, role in images.items():
-            if not Path(image).is_file():
-                errors.append(f"{role}.scheduling_spec[0].image={image} does not exist; "
-                              "AReaL's SlurmScheduler runs every worker in `singularity exec <image>`")
+        errors += check_slurm(config, container_paths(config))
     return errors
 
 
@@ -516,6 +522,8 @@ class Plan:
     recover: str = ""
     notes: tuple[str, ...] = ()
     """Settings the loader changed on purpose (`LoadedConfig.notes`)."""
+    slurm: tuple[str, ...] = ()
+    """Under `scheduler.type=slurm`: each job's request, the workers' container mode, the nodes."""
 
 
 def _describe_engine(u: EngineUse) -> str:
@@ -594,6 +602,7 @@ def build_plan(loaded: LoadedConfig) -> Plan:
         curriculum=config.curriculum.describe(outcomes_dir(config)), tracking=describe_tracking(config),
         recover=describe_recover(config),
         notes=loaded.notes,
+        slurm=tuple(describe_cluster(config)) if config.scheduler.type == "slurm" else (),
     )
 
 
@@ -605,6 +614,7 @@ def format_plan(plan: Plan, errors: list[str]) -> str:
     lines.append(row("scheduler", f"{plan.scheduler}, {plan.n_nodes} node(s), {plan.gpus_available} GPUs"))
     for u in plan.engines:
         lines.append(row(u.role, _describe_engine(u)))
+    lines += [row("slurm", line) for line in plan.slurm]
     needed = sum(u.gpus for u in plan.engines)
     lines.append(row("GPUs", f"{needed} of {plan.gpus_available} used"))
     lines.append(row("model", plan.model))
