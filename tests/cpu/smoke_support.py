@@ -1,10 +1,24 @@
-"""What a passing CI-sized smoke run must show, shared by the end-to-end tests that run one."""
+"""What a passing CI-sized smoke run must show, and how the end-to-end tests start, watch and stop one
+(on this machine: tests/cpu/test_smoke_faults.py; through SLURM: tests/slurm/test_smoke_on_slurm.py)."""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import psutil
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+RUN_TIMEOUT_S = 1200
 
 CI_OVERRIDES = ["total_train_steps=2", "gconfig.n_samples=3", "econfig.max_steps=8"]
 """The CI-sized smoke run: 2 steps of 2 tasks x 3 episodes (the full one: 3 steps x 2 x 4)."""
@@ -36,3 +50,98 @@ def check_passing_run(summary: dict, root: Path) -> None:
 def format_result_for_log(summary: dict, wall: float) -> str:
     return (f"smoke: {summary['steps']} steps in {wall:.0f} s, ratio {summary['logprob_ratio']}, "
             f"rows {summary['rows_trained']}, timings {summary['timings_s']}")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def smoke_command(root: Path, *overrides: str, user_port: int | None = None) -> list[str]:
+    """The CI-sized smoke run with everything under `root`."""
+    return [sys.executable, "-m", "examples.tau2.cpu.smoke", f"cluster.fileroot={root}",
+            f"cluster.name_resolve.nfs_record_root={root}/name_resolve",
+            f"econfig.user_base_url=http://127.0.0.1:{user_port or free_port()}/v1", *CI_OVERRIDES,
+            *overrides]
+
+
+def start(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """The run in its own session (a test kills it alone, or with everything it started)."""
+    with log.open("w") as out:
+        return subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                env=env)
+
+
+def processes_of(root: Path) -> list[psutil.Process]:
+    """Every process whose command line names the run's directory (workers, shells, the reaper)."""
+    return [p for p in psutil.process_iter(["cmdline"]) if str(root) in " ".join(p.info["cmdline"] or [])]
+
+
+def cmdline(p: psutil.Process) -> list[str]:
+    try:
+        return p.cmdline()
+    except psutil.Error:
+        return []
+
+
+def kill_all(proc: subprocess.Popen, root: Path) -> None:
+    """Whatever is left of a run: its process group, and anything naming its directory (and children)."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    for p in processes_of(root):
+        with contextlib.suppress(psutil.Error):
+            for q in [*p.children(recursive=True), p]:
+                with contextlib.suppress(psutil.Error):
+                    q.kill()
+
+
+def wait_for(predicate, proc: subprocess.Popen, log: Path, timeout_s: float, what: str) -> float:
+    """Seconds until `predicate()`; fails the test if the run ends first or `timeout_s` passes."""
+    start_s = time.monotonic()
+    while not predicate():
+        if proc.poll() is not None:
+            pytest.fail(f"the run ended (rc {proc.returncode}) before {what}:\n{log.read_text()[-5000:]}")
+        if time.monotonic() - start_s > timeout_s:
+            pytest.fail(f"no {what} within {timeout_s:.0f} s:\n{log.read_text()[-5000:]}")
+        time.sleep(0.2)
+    return time.monotonic() - start_s
+
+
+def stats_rows(root: Path) -> list[dict]:
+    """The run's `stats.jsonl` (one row per committed step), or [] before the first."""
+    stats = next(root.glob("logs/**/stats.jsonl"), None)
+    if stats is None:
+        return []
+    return [json.loads(line) for line in stats.read_text().splitlines() if line.strip()]
+
+
+def stats_steps(root: Path) -> list[int]:
+    return [row["global_step"] for row in stats_rows(root)]
+
+
+def check_trained_step(row: dict) -> None:
+    """One step's share of the smoke run's checks (for a run stopped later on purpose): every trained token's
+    trainer/rollout probability ratio within 1 +- 0.05, and every prompt equal to the vLLM server's."""
+    from examples.tau2.cpu.smoke import KL_DIRECT, PARITY_DIFFERING, PARITY_REQUESTS
+
+    gaps = [row[f"{KL_DIRECT}/{k}"] for k in ("avg", "min", "max")]
+    assert all(abs(math.exp(-g) - 1.0) <= 0.05 for g in gaps), gaps
+    assert row[PARITY_REQUESTS] > 0 and row[PARITY_DIFFERING] == 0, row
+    assert row["ppo_actor/n_seqs"] > 0
+
+
+def saved_step_1(root: Path) -> bool:
+    return any((root / "checkpoints").glob("*/*/*/recover_info/step_info.json"))
+
+
+def finish(proc: subprocess.Popen, log: Path, root: Path) -> str:
+    """Wait for a run that should end by itself; its output (the test fails if it does not end)."""
+    try:
+        proc.wait(timeout=RUN_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the run did not finish:\n" + log.read_text()[-5000:])
+    finally:
+        kill_all(proc, root)
+    return log.read_text()

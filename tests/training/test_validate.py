@@ -21,7 +21,7 @@ from examples.tau2.training.validate import (
     read_model_shape,
     validate,
 )
-from tests.tau2_train_support import CONFIG, clean_overrides, load, write_model
+from tests.tau2_train_support import CONFIG, REPO, clean_overrides, load, write_model
 
 
 @pytest.fixture
@@ -286,21 +286,49 @@ def test_shared_directories(clean, tmp_path):
     assert not (tmp_path / "fileroot").exists()  # validation creates nothing
 
 
-def test_slurm_paths_and_image(tmp_path):
+def test_slurm_paths_and_image_follow_the_container_mode(tmp_path):
     image = tmp_path / "tau2.sif"
-    config = load("scheduler.type=slurm", f"cluster.fileroot={tmp_path}/root",
-                  f"cluster.name_resolve.nfs_record_root={tmp_path}/nr",
-                  f"++actor.scheduling_spec.0.image={image}").config
-    assert check_paths(config) == [
-        f"cluster.fileroot={tmp_path}/root is outside /storage, the only host directory AReaL's "
-        "SlurmScheduler binds into the workers' containers",
-        f"cluster.name_resolve.nfs_record_root={tmp_path}/nr is outside /storage, the only host directory "
-        "AReaL's SlurmScheduler binds into the workers' containers",
-        f"actor.scheduling_spec[0].image={image} does not exist; AReaL's SlurmScheduler runs every worker in "
-        "`singularity exec <image>`",
-    ]
+    root = f"cluster.fileroot={tmp_path}/root"
+    nr = f"cluster.name_resolve.nfs_record_root={tmp_path}/nr"
+    apptainer = load("scheduler.type=slurm", root, nr, f"++actor.scheduling_spec.0.image={image}").config
+    errors = check_paths(apptainer)
+    assert errors[0] == (
+        f"actor.scheduling_spec[0].image={image} does not exist (container_type=apptainer runs every rollout "
+        "and actor worker in `singularity exec <image>`); build the image, or set container_type=none to run "
+        "natively (configs/slurm_native.yaml)")
+    hidden = [e.split(" is not bound")[0] for e in errors
+              if "is not bound into the rollout and actor containers" in e]
+    assert hidden == [f"cluster.fileroot={tmp_path}/root",
+                      f"cluster.name_resolve.nfs_record_root={tmp_path}/nr",
+                      f"this checkout (the workers import examples.tau2 from it)={REPO}",
+                      "econfig.dump_dir=" + apptainer.econfig.dump_dir]
+    assert "(actor.scheduling_spec[0].mount='/storage:/storage'); add it to the mount" in errors[1]
+    # the paths bound at the same place, and an image: nothing left to say
     image.write_text("")
-    assert len(check_paths(config)) == 2
+    bound = load("scheduler.type=slurm", root, nr, f"++actor.scheduling_spec.0.image={image}",
+                 f"++actor.scheduling_spec.0.mount='{tmp_path}:{tmp_path},{REPO}:{REPO}'").config
+    assert check_paths(bound) == []
+    curriculum = load("scheduler.type=slurm", root, nr, f"++actor.scheduling_spec.0.image={image}",
+                      f"++actor.scheduling_spec.0.mount='{tmp_path}:{tmp_path},{REPO}:{REPO}'",
+                      "curriculum.enabled=true", "curriculum.outcomes_dir=/tmp/elsewhere").config
+    assert [e.split(" is not bound")[0] for e in check_paths(curriculum)] == [
+        "curriculum outcomes directory=/tmp/elsewhere"]
+    # natively, neither image nor mount matters
+    native = load("scheduler.type=slurm", root, nr, "++actor.scheduling_spec.0.container_type=none").config
+    assert check_paths(native) == []
+    assert check_paths(load("scheduler.type=slurm", root, nr,
+                            "++actor.scheduling_spec.0.container_type=docker").config) == [
+        "actor.scheduling_spec[0].container_type='docker' must be apptainer (workers in `singularity exec "
+        "<image>`) or none (workers run natively on the nodes)"]
+
+
+def test_gpus_on_a_cpu_only_slurm_cluster_are_refused(tmp_path):
+    config = load("scheduler.type=slurm", f"cluster.fileroot={tmp_path}", "cluster.n_gpus_per_node=0",
+                  f"cluster.name_resolve.nfs_record_root={tmp_path}/nr",
+                  "++actor.scheduling_spec.0.container_type=none").config
+    assert "actor.scheduling_spec[0].gpu=1 but cluster.n_gpus_per_node=0 (a CPU-only cluster)" in \
+        " ".join(check_paths(config))
+    assert check_gpus(config, engine_uses(config))  # the engines' GPUs cannot be placed (no division by 0)
 
 
 def test_validation_touches_nothing(clean, tmp_path):

@@ -42,7 +42,7 @@ from examples.tau2.cpu.tiny_model import TinyModelRecipe, ensure_tiny_model, loa
 from examples.tau2.runtime.charts import new_figure, save_png
 from examples.tau2.runtime.files import latest_saved_model
 from examples.tau2.runtime.logs import console_logging, setup_runtime
-from examples.tau2.runtime.process import exit_after, stop_descendants
+from examples.tau2.runtime.process import exit_after, exit_on_sigterm, stop_descendants
 
 logger = logging.getLogger("tau2_areal.smoke")
 
@@ -369,6 +369,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"smoke: {e}", file=sys.stderr)
         print(f"smoke: {len(errors)} problem(s); nothing was started", file=sys.stderr)
         return 1
+    exit_on_sigterm()
     try:
         result = run(config_file, overrides, config)
     finally:  # AReaL stops its workers on a normal exit; this covers a run that failed half-way

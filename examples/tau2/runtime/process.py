@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
 import sys
 import traceback
 from collections.abc import Callable
@@ -59,3 +60,15 @@ def stop_descendants(log: logging.Logger | None = None, timeout_s: float = 15.0)
     if pids and log is not None:
         log.info("stopped %d leftover process(es): %s", len(pids), pids)
     return pids
+
+
+def exit_on_sigterm() -> None:
+    """Turn SIGTERM into `SystemExit(143)` in the main thread, so that the run's clean-up runs as on any
+    other exit: AReaL stops its workers, the entry point cancels the run's SLURM jobs. It is what `kill`
+    sends, and what SLURM sends a job it cancels (the controller as a job: `tau2_rl.sh slurm --submit`)."""
+
+    def leave(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, leave)

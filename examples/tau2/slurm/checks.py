@@ -30,7 +30,10 @@ def visible_in_container(spec: Any, path: Path) -> bool:
 
 
 def role_specs(config: Any) -> dict[str, Any]:
-    return {"rollout": config.rollout.scheduling_spec[0], "actor": config.actor.scheduling_spec[0]}
+    """The first scheduling spec of each role that submits jobs; config.yaml's rollout shares the actor's
+    (`${actor.scheduling_spec}`), and is then checked once, as `actor`."""
+    rollout, actor = config.rollout.scheduling_spec[0], config.actor.scheduling_spec[0]
+    return {"actor": actor} if rollout == actor else {"rollout": rollout, "actor": actor}
 
 
 def check_slurm(config: Any, paths: dict[str, str], ask_cluster: bool = True) -> list[str]:
@@ -38,8 +41,10 @@ def check_slurm(config: Any, paths: dict[str, str], ask_cluster: bool = True) ->
     `paths` — name: host directory every worker reads or writes — are bound at the same place), GPUs on a
     CPU-only cluster, and the job sizes against `sinfo` when `ask_cluster` and SLURM answers."""
     errors = []
-    for role, spec in role_specs(config).items():
+    specs = role_specs(config)
+    for role, spec in specs.items():
         where = f"{role}.scheduling_spec[0]"
+        workers = role if len(specs) > 1 else "rollout and actor"
         if spec.container_type not in CONTAINER_TYPES:
             errors.append(f"{where}.container_type={spec.container_type!r} must be apptainer (workers in "
                           "`singularity exec <image>`) or none (workers run natively on the nodes)")
@@ -51,12 +56,12 @@ def check_slurm(config: Any, paths: dict[str, str], ask_cluster: bool = True) ->
             continue
         if not Path(spec.image).is_file():
             errors.append(f"{where}.image={spec.image} does not exist (container_type=apptainer runs every "
-                          f"{role} worker in `singularity exec <image>`); build the image, or set "
+                          f"{workers} worker in `singularity exec <image>`); build the image, or set "
                           "container_type=none to run natively (configs/slurm_native.yaml)")
         for name, value in paths.items():
             path = Path(value).absolute()
             if value and not visible_in_container(spec, path):
-                errors.append(f"{name}={value} is not bound into the {role} containers at the same path "
+                errors.append(f"{name}={value} is not bound into the {workers} containers at the same path "
                               f"({where}.mount={spec.mount!r}); add it to the mount or move it under one")
     if ask_cluster and queue.available():
         errors += check_capacity(config)

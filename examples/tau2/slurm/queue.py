@@ -140,8 +140,9 @@ def cancel(job_ids: list[int], wait_s: float = 30.0, grace_s: float = 5.0,
         elapsed = time.monotonic() - start
         if not left or elapsed >= wait_s:
             return left
-        if not killed and elapsed >= grace_s:
-            _scancel("--signal=KILL", "--full", *(str(j.job_id) for j in left))
+        running = [str(j.job_id) for j in left if j.state == "RUNNING"]  # a signal to a pending job: refused
+        if not killed and elapsed >= grace_s and running:
+            _scancel("--signal=KILL", "--full", *running)
             killed = True
         time.sleep(poll_s)
 

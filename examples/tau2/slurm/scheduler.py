@@ -232,9 +232,11 @@ class Tau2SlurmScheduler(SlurmScheduler):
                                                      "cancelled; check the role's scheduling_spec against "
                                                      "`sinfo`")
         if not status.active:
-            raise WorkerFailedError(f"{role}/*", -1, f"{status.describe()} before its workers were ready; "
-                                                     f"the worker log ({self._log_path_of(role)}) ends:\n"
+            raise WorkerFailedError(f"{role}/*", -1, f"{self._gone(role, status)}; the worker log ends:\n"
                                                      f"{self._log_tail(role)}")
+
+    def _gone(self, role: str, status: queue.JobStatus) -> str:
+        return f"{status.describe()}: the {role} workers are gone (log {self._log_path_of(role)})"
 
     def _log_tail(self, role: str) -> str:
         return queue.job_log_tail(self._log_path_of(role), LOG_TAIL_LINES)
@@ -253,9 +255,9 @@ class Tau2SlurmScheduler(SlurmScheduler):
         for role, status in self.job_statuses().items():
             if status is not None and status.running:
                 continue
-            job = status.describe() if status is not None else f"SLURM job {self._jobs[role]} is gone"
-            return (f"{job}: the {role} workers are gone (log {self._log_path_of(role)}); rerun the same "
-                    "command to resume from the last saved step")
+            gone = (self._gone(role, status) if status is not None else
+                    f"SLURM job {self._jobs[role]} ({role}) is no longer known to SLURM")
+            return f"{gone}; rerun the same command to resume from the last saved step"
         return ""
 
     # -----------------------------------------------------------------------------------------

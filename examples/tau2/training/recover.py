@@ -31,6 +31,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -52,6 +53,8 @@ SAVED_MARKER = "tau2_saved.json"
 CONTROLLER_FILE = "controller.json"
 """In the save root: pid, start time and host of the controller that runs (or ran) the trial."""
 SUPERSEDED = ".superseded"
+STOP_REAPER = signal.SIGUSR1
+"""What the controller sends its reaper on its way out, once it has stopped its workers itself."""
 WORKER_MODULE = "areal.infra.rpc.rpc_server"
 INFO_FILES = ("step_info.json", "saver_info.json", "evaluator_info.json", "stats_logger_info.json",
               "checkpoint_info.json", "dataloader_info.pkl")
@@ -337,7 +340,7 @@ def reaper_running(config: Any) -> Iterator[subprocess.Popen | None]:
         yield proc
     finally:
         if proc is not None:
-            proc.terminate()
+            proc.send_signal(STOP_REAPER)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=5)
 
@@ -345,8 +348,15 @@ def reaper_running(config: Any) -> Iterator[subprocess.Popen | None]:
 def reap(pid: int, create_time: float, experiment: str, trial: str, fileroot: str,
          poll_s: float = 0.5, scheduler: str = "local") -> list[int]:
     """Wait for the controller `pid` to end, then stop the trial's workers it started: their processes
-    (returns their pids) or, under SLURM, their jobs (returns the job ids)."""
+    (returns their pids) or, under SLURM, their jobs (returns the job ids).
+
+    SIGTERM is ignored: `kill` of a whole process group, or SLURM cancelling a controller's job, sends it to
+    the controller and the reaper at once, and the reaper is what must outlive the controller. The
+    controller stops it with `STOP_REAPER` once its workers are stopped."""
     import psutil
+
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(STOP_REAPER, lambda *_: sys.exit(0))
 
     while True:
         try:
