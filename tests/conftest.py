@@ -60,6 +60,35 @@ def fresh_random_state() -> None:
     random.seed()
 
 
+def open_tracking_runs() -> list[str]:
+    """Experiment-tracking runs open in this process. AReaL's `StatsLogger` calls `wandb.init` and
+    `swanlab.init` (even when disabled) and only its `close()` finishes them; a run left open changes what
+    later tests in the same process get from `wandb.login` and `wandb.init`."""
+    import sys
+
+    found = []
+    wandb = sys.modules.get("wandb")
+    if wandb is not None and getattr(wandb, "run", None) is not None:
+        found.append("wandb")
+        wandb.finish()
+    if "swanlab" in sys.modules:
+        from swanlab.data.run import get_run
+
+        if get_run() is not None:
+            found.append("swanlab")
+            sys.modules["swanlab"].finish()
+    return found
+
+
+@pytest.fixture(autouse=True)
+def no_tracking_run_left_open() -> Iterator[None]:
+    """Fail a test that leaves a wandb or swanlab run open (and close it, so the next test starts clean)."""
+    yield
+    leaked = open_tracking_runs()
+    if leaked:
+        pytest.fail(f"the test left a {' and a '.join(leaked)} run open: close AReaL's StatsLogger (close())")
+
+
 @pytest.fixture(scope="session")
 def endpoint() -> Iterator[EndpointThread]:
     with EndpointThread() as ep:

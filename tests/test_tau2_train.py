@@ -92,12 +92,16 @@ def test_dry_run_two_node_slurm_example(capsys, tmp_path, endpoint):
     ]
     for line in expected:
         assert line in lines, (line, out)
-    # On this machine the scheduler's one bind (/storage) may not be creatable; the loopback user
-    # simulator always fails for SLURM, whose workers run on other nodes.
+    assert ("  slurm           job: actor job (1 node(s) x 8 task(s) of 8 CPUs = 64 CPUs, 524288 MB, 8 GPUs "
+            "per node)") in lines
+    assert f"  slurm           rollout and actor workers: apptainer {image}, mount /storage:/storage" in lines
+    # On this machine the container's one bind (/storage) may not be creatable, nor hold this checkout; the
+    # loopback user simulator always fails for SLURM, whose workers run on other nodes.
     problems = [line[4:] for line in lines if line.startswith("  - ")]
     assert rc == 1 and problems
     assert any("is a loopback address" in p for p in problems)
-    assert all("is a loopback address" in p or "/storage/tau2-areal/" in p for p in problems), problems
+    assert all("is a loopback address" in p or "/storage/tau2-areal/" in p or p.startswith("this checkout")
+               for p in problems), problems
 
 
 def test_dry_run_mix_and_local_model(capsys, tmp_path, endpoint):
@@ -178,14 +182,12 @@ def test_script_usage_and_refusals(tmp_path):
     bogus = run_script("bogus")
     assert bogus.returncode == 2 and "tau2_rl.sh: unknown command 'bogus'" in bogus.stderr
     assert "usage: examples/tau2/tau2_rl.sh COMMAND" in bogus.stderr
-    # Without TAU2_IMAGE the config's container settings hold: AReaL's default image, absent here.
-    no_image = run_script("slurm", env={"TAU2_IMAGE": "", "SLURM_CONF": "/nonexistent/slurm.conf"})
-    assert no_image.returncode == 1 and "nothing was started" in no_image.stderr
-    assert "actor.scheduling_spec[0].image=/storage/openpsi/images/areal-latest.sif does not exist" in \
-        no_image.stderr
+    # TAU2_IMAGE becomes the workers' image (without it the config's container settings hold); a SLURM
+    # that does not answer is refused before anything starts.
     image = run_script("slurm", env={"TAU2_IMAGE": str(tmp_path / "x.sif"), "SLURM_CONF": "/nonexistent"})
+    assert image.returncode == 1 and "nothing was started" in image.stderr
     assert f"actor.scheduling_spec[0].image={tmp_path / 'x.sif'} does not exist" in image.stderr
-    assert "SLURM does not answer" in image.stderr or "has no SLURM client" in image.stderr
+    assert "SLURM_CONF=/nonexistent does not exist" in image.stderr or "has no SLURM client" in image.stderr
     no_gpu = run_script("local")
     assert no_gpu.returncode == 1 and "cannot run SGLang on a GPU" in no_gpu.stderr
     stopped = run_script("user-server", "stop", env={"TAU2_RUN_DIR": str(tmp_path)})

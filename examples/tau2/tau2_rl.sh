@@ -22,7 +22,7 @@ commands:
                                   --submit runs the controller itself as a job and prints where its log is
   slurm-local up|down|status [--nodes N]
                                   a throw-away CPU-only SLURM on this machine (root; Debian's packages) to try
-                                  the cluster path on, e.g. `smoke scheduler.type=slurm` (TRAINING.md)
+                                  the cluster path on, e.g. 'smoke scheduler.type=slurm' (TRAINING.md)
   dry-run [OVERRIDES...]          resolve and check the whole run, print the plan; starts nothing
   user-server start|stop|status   self-hosted SGLang user simulator on TAU2_USER_GPUS (start waits for health)
   eval [ARGS...]                  python -m examples.tau2.eval.evaluate ARGS...
@@ -46,7 +46,7 @@ environment:
                     config's container settings; configs/slurm_native.yaml runs without a container)
   TAU2_CONTROLLER_SBATCH  slurm --submit: sbatch options of the controller's job (default
                     "--cpus-per-task=4 --mem=32G"; add e.g. --partition, --time)
-  SLURM_CONF        the SLURM to use; unset while `slurm-local up` runs: that one
+  SLURM_CONF        the SLURM to use; unset while 'slurm-local up' runs: that one
   TAU2_USER_MODEL   user-server: model (default Qwen/Qwen3-8B); TAU2_USER_NAME served name (tau2-user)
   TAU2_USER_GPUS    user-server: GPUs (default 6,7); TAU2_USER_TP tensor parallel size (default: #GPUs)
   TAU2_USER_PORT    user-server: port (default 30000); TAU2_USER_TIMEOUT start-up wait in s (default 900)

@@ -66,15 +66,17 @@ def test_stats_logger_appends_each_step_as_a_json_line(tmp_path):
     class Spec:
         total_train_epochs, steps_per_epoch, total_train_steps = 1, 2, 2
 
-    stats_logger = JsonlStatsLogger(config, Spec())
+    stats_logger = JsonlStatsLogger(config, Spec())  # opens wandb and swanlab runs (disabled): closed below
     collect = _Collect()
     areal_cpu.logger.addHandler(collect)
     areal_cpu.logger.setLevel(logging.INFO)
     try:
         stats_logger.commit(0, 0, 0, {"a/avg": 1.5, "a__count": 3, "ppo_actor/n_seqs": 9})
+        areal_cpu.logger.removeHandler(collect)
+        stats_logger.commit(0, 1, 1, [{"a/avg": 2.0}])
     finally:
         areal_cpu.logger.removeHandler(collect)
-    stats_logger.commit(0, 1, 1, [{"a/avg": 2.0}])
+        stats_logger.close()
     rows = [json.loads(line) for line in stats_logger.jsonl_path.read_text().splitlines()]
     assert collect.lines == ["step 1 done: rows 9"]
     assert rows == [{"epoch": 0, "step": 0, "global_step": 0, "a/avg": 1.5, "ppo_actor/n_seqs": 9.0},

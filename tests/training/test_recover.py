@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -371,7 +372,8 @@ def _sleeper(*args: str) -> subprocess.Popen:
 @pytest.mark.slow
 def test_the_reaper_stops_the_workers_of_a_killed_controller(tmp_path):
     """What `kill -9` of AReaL's controller leaves: workers that live on. The reaper (started by the
-    controller, in its own session) stops them and their children; other trials' workers stay."""
+    controller, in its own session, deaf to SIGTERM) stops them and their children; other trials' workers
+    stay."""
     root = str(tmp_path / "root")
     ours = _sleeper("-m", "areal.infra.rpc.rpc_server", "--experiment-name", "e", "--trial-name", "t",
                     "--fileroot", root)
@@ -392,6 +394,10 @@ def test_the_reaper_stops_the_workers_of_a_killed_controller(tmp_path):
         procs.append(reaper)
         time.sleep(3)  # the reaper is up and polling
         assert ours.poll() is None
+        # `kill` of a process group, or SLURM cancelling a controller's job, reaches the reaper too
+        reaper.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        assert reaper.poll() is None
         controller.kill()
         start = time.monotonic()
         out, _ = reaper.communicate(timeout=60)
@@ -405,3 +411,12 @@ def test_the_reaper_stops_the_workers_of_a_killed_controller(tmp_path):
                     c.kill()
                 p.kill()
                 p.wait()
+
+
+def test_the_controller_stops_its_reaper_on_the_way_out(tmp_path):
+    config = load(f"cluster.fileroot={tmp_path}").config
+    with tau2_recover.reaper_running(config) as reaper:
+        assert reaper is not None
+        time.sleep(1)
+        assert reaper.poll() is None
+    assert reaper.returncode == 0  # STOP_REAPER: a quiet exit, nothing reaped

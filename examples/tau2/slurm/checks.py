@@ -98,9 +98,12 @@ def describe_cluster(config: Any) -> list[str]:
     except ValueError:
         return []
     lines = [f"job: {r.describe()}" for r in requests]
-    modes = {role: (f"apptainer {spec.image}, mount {spec.mount}" if spec.container_type == "apptainer"
-                    else spec.container_type) for role, spec in role_specs(config).items()}
-    lines += [f"{role} workers: {mode}" for role, mode in modes.items()]
+    specs = role_specs(config)
+    for role, spec in specs.items():
+        mode = (f"apptainer {spec.image}, mount {spec.mount}" if spec.container_type == "apptainer"
+                else "natively, the controller's interpreter" if spec.container_type == "none"
+                else spec.container_type)
+        lines.append(f"{role if len(specs) > 1 else 'rollout and actor'} workers: {mode}")
     if not queue.available():
         return [*lines, "SLURM: no client on this machine; job sizes not compared with the nodes"]
     try:

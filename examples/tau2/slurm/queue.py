@@ -89,6 +89,9 @@ def available() -> bool:
 
 def run(*args: str, timeout_s: float = COMMAND_TIMEOUT_S) -> str:
     """A SLURM command's stdout; raises `SlurmError` with its stderr when it fails."""
+    conf = os.environ.get("SLURM_CONF")
+    if conf and not os.path.isfile(conf):  # SLURM's clients would retry for a minute, then fail
+        raise SlurmError(f"SLURM_CONF={conf} does not exist")
     try:
         done = subprocess.run(list(args), capture_output=True, text=True, timeout=timeout_s)
     except FileNotFoundError:
@@ -96,7 +99,8 @@ def run(*args: str, timeout_s: float = COMMAND_TIMEOUT_S) -> str:
     except subprocess.TimeoutExpired:
         raise SlurmError(f"`{' '.join(args)}` did not answer within {timeout_s:.0f} s") from None
     if done.returncode != 0:
-        raise SlurmError(f"`{' '.join(args)}` failed: {done.stderr.strip() or done.stdout.strip()}")
+        said = [line.strip() for line in (done.stderr or done.stdout).splitlines() if line.strip()]
+        raise SlurmError(f"`{args[0]}` failed: {'; '.join(said)[:400] or f'exit status {done.returncode}'}")
     return done.stdout
 
 
