@@ -83,7 +83,8 @@ def dead_worker(scheduler_name: str, stock_timeout: float) -> tuple[float, str]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--stock-timeout", type=float, default=300.0)
     args = parser.parse_args()
