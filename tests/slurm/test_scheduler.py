@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 from areal.api import Job
 from areal.api.cli_args import SchedulingStrategy
@@ -141,6 +142,12 @@ def test_apptainer_mode_binds_the_mount_passes_quoted_env_and_keeps_the_images_p
     scheduler.create_workers(actor_job(config))
     try:
         scheduler.get_workers("actor", timeout=120)
+        # AReaL forks the proxies from the rollout workers; inside a container, with the image's python3
+        assert scheduler.fork_workers("proxy", "actor") == ["proxy/0"]
+        assert len(scheduler.get_workers("proxy")) == 1
+        (proxy,) = [p.info["cmdline"] for p in psutil.process_iter(["cmdline"])
+                    if {"--role", "proxy", str(tmp_path)} <= set(p.info["cmdline"] or [])]
+        assert proxy[0] == "python3"  # not the controller's sys.executable, absent from an image
     finally:
         scheduler.delete_workers()
     (call,) = [json.loads(line) for line in log.read_text().splitlines()]
