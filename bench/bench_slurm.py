@@ -1,7 +1,7 @@
 """SLURM on this machine: how long the throw-away cluster takes to come up and go down, and how long a
 worker that dies at start takes to fail the run, through the project's scheduler and through AReaL 1.0.4's.
 
-    python bench/bench_slurm.py [--runs 5] [--stock-timeout 300]     (as root; prints a Markdown table)
+    python bench/bench_slurm.py [--runs 5] [--stock-timeout 300] [--smoke-kill]   (as root; Markdown)
 
 A dead worker: the actor's command is `python3 -m no_such_module`, so the job's worker exits at once. The
 time runs from `create_workers` (the `sbatch`) to the exception `get_workers` raises. AReaL's own scheduler
@@ -82,11 +82,46 @@ def dead_worker(scheduler_name: str, stock_timeout: float) -> tuple[float, str]:
     return took, said
 
 
+def smoke_kill() -> tuple[float, float, int]:
+    """The CI-sized smoke run through SLURM, `kill -9` of its controller right after step 1's save:
+    (seconds until no job of the run is active, until no process of it is left, jobs it had)."""
+    import os
+    import signal
+
+    from examples.tau2.slurm import queue
+    from examples.tau2.slurm.registry import JobRegistry, job_name_prefix
+
+    root = Path(tempfile.mkdtemp(prefix="tau2-bench-kill-"))
+    cmd = [sys.executable, "-m", "examples.tau2.cpu.smoke", "scheduler.type=slurm",
+           f"cluster.fileroot={root}", f"cluster.name_resolve.nfs_record_root={root}/nr", "total_train_steps=2", "gconfig.n_samples=3",
+           "econfig.max_steps=8", "seed=7"]
+    with (root / "run.log").open("w") as out:
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    while not any((root / "checkpoints").glob("*/*/*/recover_info/step_info.json")):
+        if proc.poll() is not None:
+            raise RuntimeError(f"the smoke run ended first (log {root / 'run.log'})")
+        time.sleep(0.2)
+    jobs = JobRegistry.of_trial(str(root), "tau2-smoke-cpu", "run").job_ids()
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    killed = time.monotonic()
+    while [j for j in queue.jobs_named(job_name_prefix("tau2-smoke-cpu", "run")) if j.active]:
+        time.sleep(0.1)
+    jobs_gone = time.monotonic() - killed
+    import psutil
+
+    while [p for p in psutil.process_iter(["cmdline"]) if str(root) in " ".join(p.info["cmdline"] or [])]:
+        time.sleep(0.1)
+    return jobs_gone, time.monotonic() - killed, len(jobs)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--stock-timeout", type=float, default=300.0)
+    parser.add_argument("--smoke-kill", action="store_true",
+                        help="also time kill -9 of a CI-sized smoke run's controller until its jobs are gone")
     args = parser.parse_args()
     logging.disable(logging.WARNING)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
@@ -102,10 +137,15 @@ def main() -> int:
 
         os.environ["SLURM_CONF"] = str(cluster.conf)
         results = {name: dead_worker(name, args.stock_timeout) for name in ("project", "areal")}
+        if args.smoke_kill:
+            jobs_gone, all_gone, jobs = smoke_kill()
     for name, (took, said) in results.items():
         print(f"| {name} | {took:.1f} | {said[:160]} |")
     ratio = results["areal"][0] / results["project"][0]
     print(f"\nAReaL's scheduler / the project's: {ratio:.0f}x longer to fail")
+    if args.smoke_kill:
+        print(f"\nkill -9 of the smoke run's controller after step 1's save: its {jobs} jobs ended "
+              f"{jobs_gone:.1f} s later, its last process {all_gone:.1f} s later")
     return 0
 
 
