@@ -93,8 +93,8 @@ def smoke_kill() -> tuple[float, float, int]:
 
     root = Path(tempfile.mkdtemp(prefix="tau2-bench-kill-"))
     cmd = [sys.executable, "-m", "examples.tau2.cpu.smoke", "scheduler.type=slurm",
-           f"cluster.fileroot={root}", f"cluster.name_resolve.nfs_record_root={root}/nr", "total_train_steps=2", "gconfig.n_samples=3",
-           "econfig.max_steps=8", "seed=7"]
+           f"cluster.fileroot={root}", f"cluster.name_resolve.nfs_record_root={root}/nr",
+           "total_train_steps=2", "gconfig.n_samples=3", "econfig.max_steps=8", "seed=7"]
     with (root / "run.log").open("w") as out:
         proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     while not any((root / "checkpoints").glob("*/*/*/recover_info/step_info.json")):
