@@ -1,13 +1,14 @@
 """The CI-sized smoke run through a real SLURM (`tau2_rl.sh smoke scheduler.type=slurm`), with a fault.
 
-The actor and rollout roles go out as `sbatch` jobs and their workers run under `srun`, natively, on two
-nodes (the trainer on one, the vLLM server and proxies on the other). `scancel` of the rollout job after
-step 1 was saved stops the run and leaves nothing of it; the same command resumes at step 2 and passes
-every check a smoke run promises (`smoke_support.check_passing_run`), the served prompt at every step
-included. One whole run costs minutes on 2 cores, so the rest of the SLURM path is tested where it is
-cheap, against the same real SLURM (tests/slurm/test_scheduler.py): workers through the apptainer command
-line (a stand-in `singularity` that checks it and runs it), `kill -9` of a controller that submitted real
-jobs (its reaper cancels them), a worker that dies at start, pending jobs, jobs no node can run.
+The actor and rollout roles go out as `sbatch` jobs and their workers run under `srun`, natively. On one
+node, `scancel` of the rollout job after step 1 was saved stops the run and leaves nothing of it; on two
+nodes (the trainer on one, the vLLM server and proxies on the other) the same command resumes at step 2
+and passes every check a smoke run promises (`smoke_support.check_passing_run`), the served prompt at
+every step included. One whole run costs minutes on 2 cores, so the rest of the SLURM path is tested
+where it is cheap, against the same real SLURM (tests/slurm/test_scheduler.py): workers and a forked
+proxy through the apptainer command line (a stand-in `singularity` that checks it and runs it), `kill -9`
+of a controller that submitted real jobs (its reaper cancels them), a worker that dies at start, pending
+jobs, jobs no node can run.
 
 It runs with its own seed, in its own xdist group (tests/conftest.py): AReaL draws its ports from
 `random` seeded with it, so it never picks the ports of the local smoke runs beside it.
@@ -74,21 +75,22 @@ def resume_and_pass(cmd: list[str], root: Path, env: dict[str, str] | None = Non
     return summary, out
 
 
-def test_two_nodes_scancel_of_the_rollout_job_stops_the_run_and_a_rerun_resumes_and_passes(tmp_path):
-    """Nodes of 2 CPUs: the trainer's job (2 CPUs) fills n1, the rollout job (1 CPU) runs on n2, natively
-    (`configs/smoke_cpu.yaml`, as `tau2_rl.sh smoke scheduler.type=slurm` runs it). After step 1 is saved,
-    `scancel` of the rollout job stops the controller within seconds, naming the job and its state; no job
-    or process of the run is left. The same command then resumes at step 2 on two nodes and passes."""
+def test_scancel_of_the_rollout_job_stops_the_run_and_the_rerun_resumes_on_two_nodes_and_passes(tmp_path):
+    """The documented command (`tau2_rl.sh smoke scheduler.type=slurm`: workers natively, as
+    `configs/smoke_cpu.yaml` says). On one node, step 1 trains and passes its checks; after its save,
+    `scancel` of the rollout job stops the controller within seconds, naming the job and its state, and no
+    job or process of the run is left. The cluster then comes back with two nodes of 2 CPUs (as after a
+    maintenance): the trainer's job (2 CPUs) fills n1, the rollout job runs on n2, and the same command
+    resumes at step 2 and passes every check."""
     cmd = smoke_command(tmp_path, "scheduler.type=slurm", SEED)
-    with slurm(nodes=2, cpus=2, mem_mb=12288):
+    with slurm(nodes=1, cpus=4):
         log = tmp_path / "first.log"
         first = start(cmd, log)
         try:
             waited = wait_for(lambda: saved_step_1(tmp_path), first, log, RUN_TIMEOUT_S,
                               "saved state of step 1")
             check_trained_step(stats_rows(tmp_path)[0])
-            jobs = registry(tmp_path).entries()
-            rollout = jobs["rollout"]["job_id"]
+            rollout = registry(tmp_path).entries()["rollout"]["job_id"]
             queue.run("scancel", str(rollout))
             cancelled = time.monotonic()
             try:
@@ -99,7 +101,7 @@ def test_two_nodes_scancel_of_the_rollout_job_stops_the_run_and_a_rerun_resumes_
             stopped_s = time.monotonic() - cancelled
             out = log.read_text()
             assert first.returncode != 0
-            assert re.search(rf"SLURM job {rollout} \({EXPERIMENT}_run:rollout\) is CANCELLED.* on n2: the "
+            assert re.search(rf"SLURM job {rollout} \({EXPERIMENT}_run:rollout\) is CANCELLED.* on n1: the "
                              r"rollout workers are gone \(log .*rollout\.log\)", out), out[-5000:]
             gone_s = wait_until(lambda: not run_jobs(tmp_path) and not processes_of(tmp_path), 60,
                                 "the run's leftovers gone")
@@ -108,6 +110,7 @@ def test_two_nodes_scancel_of_the_rollout_job_stops_the_run_and_a_rerun_resumes_
                   f"{stopped_s + gone_s:.1f} s after the scancel")
         finally:
             kill_all(first, tmp_path)
+    with slurm(nodes=2, cpus=2, mem_mb=12288):
         summary, _ = resume_and_pass(cmd, tmp_path)
     placement = " | ".join(summary["placement"])
     assert re.search(r"role actor: SLURM job \d+ on n1 \(RUNNING\)", placement), placement
