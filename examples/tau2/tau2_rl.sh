@@ -18,8 +18,9 @@ commands:
                                   RL on CPU between two evaluations of the policy: does it learn? (docs/learn)
   local [OVERRIDES...]            train on this node (scheduler.type=local); needs a GPU Python (TAU2_PYTHON)
   slurm [--submit] [OVERRIDES...] train on SLURM (scheduler.type=slurm): one job per role, the workers in
-                                  TAU2_IMAGE if set (apptainer), else natively (configs/slurm_native.yaml);
-                                  --submit runs the controller itself as a job and prints where its log is
+                                  TAU2_IMAGE if set (apptainer), else as the config's scheduling_spec says
+                                  (natively: +configs=slurm_native); --submit runs the controller itself as
+                                  a job and prints where its log is
   slurm-local up|down|status [--nodes N]
                                   a throw-away CPU-only SLURM on this machine (root; Debian's packages) to try
                                   the cluster path on, e.g. 'smoke scheduler.type=slurm' (TRAINING.md)
