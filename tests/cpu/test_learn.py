@@ -154,12 +154,15 @@ def _episodes(eval_dir: str) -> dict[tuple[str, int], tuple[float, str]]:
 @pytest.mark.slow
 def test_evaluating_one_policy_twice_replays_the_same_episodes(tmp_path: Path):
     """Seeded policy requests: two evaluations (two vLLM servers) of one policy give identical episodes,
-    while different trials of a task still sample differently. Run at temperature 1 on the smoke run's
-    weakly trained policy, whose replies vary a lot, so that agreement cannot come from a peaked policy."""
-    config = _config("gconfig.temperature=1.0")  # evaluate_policy starts its own user simulator
+    while different trials of a task still sample differently, and another learning seed (on the first
+    server) samples its own. Run at temperature 1 on the smoke run's weakly trained policy, whose replies
+    vary a lot, so that agreement cannot come from a peaked policy."""
+    config = _config("gconfig.temperature=1.0")  # each evaluation starts its own user simulator
     model = ensure_tiny_model(TinyModelRecipe.from_dict(load_smoke_config([])[0].smoke.tiny_model))
-    first, second = (learn.evaluate_policy(model, "p", tmp_path / name, config, trials=2, seed=1)
-                     for name in "ab")
+    with learn.serve_policy(model, "p", tmp_path / "a.vllm.log", config.vllm.max_model_len) as url:
+        first = learn.evaluate_served_policy(url, "p", tmp_path / "a", config, trials=2, seed=1)
+        other = learn.evaluate_served_policy(url, "p", tmp_path / "c", config, trials=2, seed=2)
+    second = learn.evaluate_policy(model, "p", tmp_path / "b", config, trials=2, seed=1)
     assert first.episodes == second.episodes == 18
     a, b = _episodes(first.eval_dir), _episodes(second.eval_dir)
     assert a == b
@@ -167,9 +170,8 @@ def test_evaluating_one_policy_twice_replays_the_same_episodes(tmp_path: Path):
     assert any(a[task, 0][1] != a[task, 1][1] for task in tasks)
     settings = json.loads((tmp_path / "a" / "run.json").read_text())["settings"]
     assert settings["episode"]["policy_seed"] is True and settings["seeds"] == "1000 + trial index"
-    # another learning seed evaluates the same policy on its own episodes
-    other = _episodes(learn.evaluate_policy(model, "p", tmp_path / "c", config, trials=2, seed=2).eval_dir)
-    assert any(other[key][1] != a[key][1] for key in a)
+    c = _episodes(other.eval_dir)
+    assert any(c[key][1] != a[key][1] for key in a)
 
 
 def test_training_outcomes_count_the_seeds_own_episodes_per_task(tmp_path: Path):

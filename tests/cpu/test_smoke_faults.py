@@ -45,16 +45,17 @@ def _start_user_simulator(port: int) -> subprocess.Popen:
             time.sleep(0.2)
 
 
-USER_OUTAGE_S = 30
+USER_REJECTED = re.compile(r"^tau2 \S+ rejected \(user_endpoint\)", re.M)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(RUN_TIMEOUT_S + 300)
 def test_user_simulator_outage_then_vllm_server_death(tmp_path):
-    """One run, two faults. (1) The user simulator is gone for USER_OUTAGE_S after step 1: the episodes
-    that need it are rejected (`user_endpoint`, logged and counted), the step waits and completes once it
-    is back. (2) The vLLM server (its whole process tree) is killed during step 3: the watchdog stops the
-    run with a message naming the server, and nothing is left running."""
+    """One run, two faults. (1) The user simulator is gone after step 1 until episodes that need it have
+    been rejected (`user_endpoint`, logged and counted): the step waits and completes once it is back.
+    (2) The vLLM server (its whole process tree) is killed during step 3: the watchdog stops the run with
+    a message naming the server, and nothing is left running. The run builds no evaluation rollout (it
+    has no validation set)."""
     assert vllm_python()
     port = free_port()
     user = _start_user_simulator(port)
@@ -68,12 +69,14 @@ def test_user_simulator_outage_then_vllm_server_death(tmp_path):
         user.kill()
         user.wait()
         down = time.monotonic()
-        time.sleep(USER_OUTAGE_S)
+        wait_for(lambda: USER_REJECTED.search(log.read_text()), run, log, RUN_TIMEOUT_S,
+                 "an episode rejected for the missing user simulator")
+        outage_s = time.monotonic() - down
         user = _start_user_simulator(port)
         waited = wait_for(lambda: len(stats_steps(tmp_path)) >= 2, run, log, RUN_TIMEOUT_S, "step 2")
         step2_s = time.monotonic() - down
-        rejected = len(re.findall(r"^tau2 \S+ rejected \(user_endpoint\)", log.read_text(), re.M))
-        print(f"user simulator down {USER_OUTAGE_S} s: {rejected} episodes rejected (user_endpoint); step 2 "
+        rejected = len(USER_REJECTED.findall(log.read_text()))
+        print(f"user simulator down {outage_s:.0f} s: {rejected} episodes rejected (user_endpoint); step 2 "
               f"committed {step2_s:.0f} s after the outage began ({waited:.0f} s after it ended)")
         assert rejected > 0
         stats = json.loads(next(tmp_path.glob("logs/**/stats.jsonl")).read_text().splitlines()[1])
@@ -93,6 +96,7 @@ def test_user_simulator_outage_then_vllm_server_death(tmp_path):
         out = log.read_text()
         print(f"vLLM server killed: the run exited with {run.returncode} after {stopped_s:.0f} s")
         assert run.returncode != 0 and len(stats_steps(tmp_path)) == 2
+        assert "eval-rollout" not in out  # no validation set: no evaluation workers or proxies
         assert re.search(r"the inference server at \S+ has refused connections for \d+ s \(it died\); rerun "
                          "the same command to resume", out), out[-5000:]
         assert stopped_s < 240

@@ -68,6 +68,7 @@ def resume_and_pass(cmd: list[str], root: Path, env: dict[str, str] | None = Non
     assert "tau2 CPU smoke run: PASSED" in out, out[-8000:]
     assert re.search(r"resuming: the state saved after step 1 is in .*; training continues at step 2", out)
     assert stats_steps(root) == [0, 1]  # each step once: step 1 from the first run, step 2 resumed
+    assert "eval-rollout" not in out  # no validation set: no evaluation workers or proxies
     summary = json.loads(next(root.glob(f"logs/**/{SUMMARY_FILE}")).read_text())
     print(format_result_for_log(summary, time.monotonic() - started))
     check_passing_run(summary, root)

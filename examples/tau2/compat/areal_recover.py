@@ -193,8 +193,10 @@ class ResumableTrainerMixin:
     and a run that stops when an inference server dies."""
 
     _deferred_recover_save: tuple[int, int, int] | None = None
-    server_dead_after_s: float = 60.0
-    """Refused connections for this long make an inference server dead (a busy one still accepts)."""
+    server_dead_after_s: float = 15.0
+    """Refused connections for this long make an inference server dead: a refusal means nothing listens on
+    the port (a busy server still accepts, and a full accept queue drops, not refuses), and AReaL never
+    restarts a server; four refused polls in a row rule out a probe's own hiccup."""
     job_poll_s: float = 5.0
     """How often a SLURM run checks that every job of its workers still runs."""
 

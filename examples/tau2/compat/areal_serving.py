@@ -176,7 +176,13 @@ class ServingRolloutMixin:
 
     def _init_rollout(self, rollout_config: InferenceEngineConfig, is_eval: bool = False,
                       lora_path: str | None = None):
-        """AReaL's `PPOTrainer._init_rollout` (single controller, no LoRA), with the engines above."""
+        """AReaL's `PPOTrainer._init_rollout` (single controller, no LoRA), with the engines above, and no
+        evaluation rollout for a run that never validates (no validation data loader, which AReaL sets
+        up just before): AReaL 1.0.4 builds one whenever it is not in online mode (rl_trainer.py ~312), a
+        forked worker per server plus, once proxies start, its proxy, that nothing would ever use (~36 s
+        of a CPU smoke run's start-up). AReaL checks `eval_rollout is None` wherever it uses it."""
+        if is_eval and getattr(self, "valid_dataloader", None) is None:
+            return None
         if lora_path is not None or not is_single_controller() or rollout_config._version == "v2":
             raise NotImplementedError("the serving-engine rendering runs on AReaL's single controller "
                                       "(scheduler.type local or slurm), without LoRA or the v2 controller")

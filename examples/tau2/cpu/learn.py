@@ -131,16 +131,24 @@ EVAL_SEED_STRIDE = 1000
 
 def evaluate_policy(model_dir: Path, name: str, out_dir: Path, config: Tau2SmokeConfig,
                     trials: int, seed: int) -> PolicyScore:
-    """Every task of the training domain, `trials` times, sampled as in training, with seeded policy
-    requests (`--policy-seed`, trial seeds from `EVAL_SEED_STRIDE` x seed): both evaluations of a seed
-    draw the same random numbers, other seeds other ones, and evaluating one policy twice gives the
-    same episodes."""
+    """Every task of the training domain, `trials` times, on a vLLM server of its own for `model_dir`
+    (`evaluate_served_policy`)."""
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    with serve_policy(model_dir, name, out_dir.with_suffix(".vllm.log"), config.vllm.max_model_len) as url:
+        return evaluate_served_policy(url, name, out_dir, config, trials, seed)
+
+
+def evaluate_served_policy(url: str, name: str, out_dir: Path, config: Tau2SmokeConfig, trials: int,
+                           seed: int) -> PolicyScore:
+    """Every task of the training domain, `trials` times, sampled as in training from the policy served at
+    `url`, with seeded policy requests (`--policy-seed`, trial seeds from `EVAL_SEED_STRIDE` x seed): both
+    evaluations of a seed draw the same random numbers, other seeds other ones, and evaluating one policy
+    twice gives the same episodes."""
     from examples.tau2.cpu.scripted_endpoint import EndpointThread
 
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     e = config.econfig
-    with EndpointThread() as user, serve_policy(model_dir, name, out_dir.with_suffix(".vllm.log"),
-                                                config.vllm.max_model_len) as url:
+    with EndpointThread() as user:
         cmd = [sys.executable, "-m", "examples.tau2.eval.evaluate", "--policy-base-url", url,
                "--policy-model", name, "--user-base-url", user.url, "--user-model", e.user_model,
                "--domains", e.domain, "--split", e.train_split, "--trials", str(trials),
