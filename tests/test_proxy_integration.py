@@ -13,6 +13,8 @@ tool and scores the episode, and the proxy exports one training row per completi
 
 from __future__ import annotations
 
+import json
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -49,18 +51,22 @@ def fake_sglang() -> Iterator[ScriptedSGLang]:
 
 
 def run_groups(tmp_path: Path, fake: ScriptedSGLang, user: EndpointThread, user_models: list[str],
-               group_size: int) -> list[list[dict[str, torch.Tensor]]]:
+               group_size: int, engine_max_tokens: int | None = None,
+               group_filter: str | None = GROUP_FILTER) -> list[list[dict[str, torch.Tensor]]]:
     """One GRPO group of `group_size` episodes per user-simulator model, one after the other, through the
-    real controller and the training's rollout engine; every process is gone on return."""
-    config = rollout_config(tmp_path, turn_discount=TURN_DISCOUNT, env={SERVING_ENGINE_ENV: "sglang"})
+    real controller and the training's rollout engine; every process is gone on return. Episodes are
+    dumped under tmp_path/dumps."""
+    config = rollout_config(tmp_path, turn_discount=TURN_DISCOUNT, env={SERVING_ENGINE_ENV: "sglang"},
+                            engine_max_tokens=engine_max_tokens)
     workflow_kwargs = dict(
         user_base_url=user.url, agent_model="default", max_completion_tokens=MAX_COMPLETION_TOKENS,
         episode_timeout_s=120.0, request_timeout_s=60.0, llm_retries=1, retry_backoff_s=0.1,
+        dump_dir=str(tmp_path / "dumps"),
     )
     with rollout_controller(ServingSGLangEngine, config, fake, tmp_path) as controller:
         return [[RTensor.localize(r) for r in controller.rollout_batch(
             [TASK], workflow=WORKFLOW, workflow_kwargs={**workflow_kwargs, "user_model": user_model},
-            should_accept_fn=GROUP_FILTER, group_size=group_size)] for user_model in user_models]
+            should_accept_fn=group_filter, group_size=group_size)] for user_model in user_models]
 
 
 def test_tau2_episodes_through_areal_proxy(tmp_path, fake_sglang, endpoint, monkeypatch):
@@ -122,3 +128,37 @@ def test_a_rejected_episode_drops_only_itself_from_its_group(tmp_path, fake_sgla
     assert one_down[0]["rewards"].tolist() == [TURN_DISCOUNT, 1.0] * 3
     assert three_down == []
     assert endpoint.endpoint.requests["failfirst3:user"] >= 3 * 2  # each down episode: a try + a retry
+
+
+CONTEXT = 5200
+"""Tokens of context the proxy enforces in the test below: the first prompt (tau2's airline system prompt
+and tools) fits with room for a reply, the second (the first plus the tool call and the user's details
+that the tool returned) does not."""
+
+
+def test_an_episode_past_the_context_is_scored_not_retried_and_its_group_kept(tmp_path, fake_sglang, endpoint,
+                                                                              monkeypatch):
+    """AReaL's proxy refuses the second policy prompt before sending it (`engine_max_tokens`): each episode
+    ends as `context_exceeded`, is scored by tau2 (0: it ended early) and trained, the refused request is
+    neither sent nor retried, and the group of two is kept (without the uniform-group filter, which
+    would drop two equal rewards for its own reason)."""
+    monkeypatch.setenv("AREAL_PROXY_WARN_ONCE", "1")
+    [results] = run_groups(tmp_path, fake_sglang, endpoint, ["user"], group_size=2,
+                           engine_max_tokens=CONTEXT, group_filter=None)
+    assert not psutil.Process().children(recursive=True), "a worker process outlived the test"
+    assert len(results) == 1, "the group was rejected (see the worker logs under tmp_path/logs)"
+    traj = results[0]
+    # one completion per episode (the tool call), each carrying the episode's reward: 0
+    assert traj["input_ids"].shape[0] == 2 and traj["rewards"].tolist() == [0.0, 0.0]
+    assert len(fake_sglang.requests) == 2  # the second prompt of each episode never reached SGLang
+    assert all(len(r["input_ids"]) < CONTEXT for r in fake_sglang.requests)
+    dumps = [json.loads(p.read_text()) for p in (tmp_path / "dumps").rglob("*.json")]
+    assert [d["termination"] for d in dumps] == ["context_exceeded"] * 2
+    for d in dumps:
+        prompt = int(re.search(r"the prompt \((\d+) tokens\)", d["note"]).group(1))
+        assert prompt > CONTEXT and d["tau2_reward"] == 0.0 and d["num_invalid_tool_calls"] == 0
+        assert d["note"].endswith(f"does not fit the context ({CONTEXT} tokens), refused by AReaL's proxy")
+    log = "\n".join(p.read_text() for p in (tmp_path / "logs").rglob("*.log"))  # the worker's, and merged
+    assert re.search(r"tau2 airline/41 ended: context exceeded: the prompt \(\d+ tokens\) does not fit "
+                     rf"the context \({CONTEXT} tokens\), refused by AReaL's proxy; scored 0.000", log)
+    assert "rejected (" not in log

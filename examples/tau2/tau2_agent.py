@@ -50,7 +50,13 @@ from examples.tau2.compat.tau2_release import installed_release
 from examples.tau2.episode import domain as tau2_domain
 from examples.tau2.episode.dump import write_episode_dump
 from examples.tau2.episode.group_baseline import GroupBaseline
-from examples.tau2.episode.llm import ChatEndpoint, InvalidOutput, parse_reply, to_openai_messages
+from examples.tau2.episode.llm import (
+    ChatEndpoint,
+    ContextExceeded,
+    InvalidOutput,
+    parse_reply,
+    to_openai_messages,
+)
 from examples.tau2.runtime.files import fingerprint
 from examples.tau2.runtime.logs import setup_runtime
 from examples.tau2.tau2_utils import (
@@ -198,6 +204,9 @@ class Tau2AgentWorkflow:
                 result.dump_error = f"{type(e).__name__}: {e}"
                 logger.warning("tau2 %s/%s dump to %s failed (episode kept): %s", ref.domain, ref.task_id,
                                cfg.dump_dir, result.dump_error)
+        if result.termination is Termination.CONTEXT_EXCEEDED:  # the run's context may be too small
+            logger.warning("tau2 %s/%s ended: %s; scored %.3f", ref.domain, ref.task_id, result.note,
+                           result.reward)
         logger.info("tau2 %s/%s reward=%.3f termination=%s turns=%d", ref.domain, ref.task_id,
                     result.reward, result.termination.value, result.num_agent_turns)
         return result
@@ -209,7 +218,8 @@ class Tau2AgentWorkflow:
         cfg = self.config
         return ChatEndpoint(base_url=base_url, api_key=api_key, model=model, http_client=http_client,
                             reject_reason=reject_reason, request_timeout_s=cfg.request_timeout_s,
-                            retries=cfg.llm_retries, backoff_s=cfg.retry_backoff_s)
+                            retries=cfg.llm_retries, backoff_s=cfg.retry_backoff_s,
+                            context_ends_episode=reject_reason is RejectReason.POLICY_ENDPOINT)
 
     def _own_client(self) -> httpx.AsyncClient:
         """This workflow's client for the running event loop (an httpx client is bound to one loop)."""
@@ -256,9 +266,9 @@ def _episode_in_thread(ref: TaskRef, cfg: Tau2EnvConfig, policy: ChatEndpoint,
                        bridge: _LoopBridge, seed: int | None) -> EpisodeResult:
     bridge.loop.call_soon_threadsafe(bridge.started.set)
     episode = _build_episode(ref, cfg, policy, user_endpoint, bridge, seed)
-    simulation, invalid = _run_episode(episode)
+    simulation, ended = _run_episode(episode)
     judge = _bridged_judge(judge_endpoint, bridge, episode.stats) if judge_endpoint else None
-    return _score_episode(episode, cfg, simulation, invalid, judge)
+    return _score_episode(episode, cfg, simulation, ended, judge)
 
 
 def _bridged_judge(endpoint: ChatEndpoint, bridge: _LoopBridge, stats: _EpisodeStats) -> tau2_judge.Judge:
@@ -307,20 +317,25 @@ def _build_episode(ref: TaskRef, cfg: Tau2EnvConfig, policy: ChatEndpoint,
     return _Episode(ref, task, orchestrator, stats, start, start_time)
 
 
-def _run_episode(episode: _Episode) -> tuple[SimulationRun, InvalidOutput | None]:
-    """tau2's `Orchestrator.run()`; an invalid policy output ends the episode as an agent error."""
+def _run_episode(episode: _Episode) -> tuple[SimulationRun, InvalidOutput | ContextExceeded | None]:
+    """tau2's `Orchestrator.run()`; an invalid policy output ends the episode as an agent error, a
+    prompt past the policy's context as a run out of steps (tau2 has no reason of its own for it)."""
     try:
         return episode.orchestrator.run(), None
     except InvalidOutput as e:
         extra = [AssistantMessage(role="assistant", content=e.raw_text, cost=0.0)] if e.raw_text else []
         return _unfinished_simulation(episode, TerminationReason.AGENT_ERROR, extra), e
+    except ContextExceeded as e:
+        return _unfinished_simulation(episode, TerminationReason.MAX_STEPS, []), e
     except _Cancelled:
         raise EpisodeRejected(RejectReason.TIMEOUT, "episode cancelled") from None
 
 
 def _score_episode(episode: _Episode, cfg: Tau2EnvConfig, simulation: SimulationRun,
-                   invalid: InvalidOutput | None, judge: tau2_judge.Judge | None = None) -> EpisodeResult:
-    """tau2's evaluator on the finished simulation, then the configured reward shaping."""
+                   ended: InvalidOutput | ContextExceeded | None,
+                   judge: tau2_judge.Judge | None = None) -> EpisodeResult:
+    """tau2's evaluator on the finished simulation, then the configured reward shaping. `ended`: why
+    the policy's side stopped it early, if it did (only an invalid output adds the format penalty)."""
     ref, stats = episode.ref, episode.stats
     run_s = time.perf_counter() - episode.start
     eval_note = ""
@@ -344,10 +359,11 @@ def _score_episode(episode: _Episode, cfg: Tau2EnvConfig, simulation: Simulation
     eval_s = time.perf_counter() - episode.start - run_s
     breakdown = {str(getattr(k, "value", k)): float(v)
                  for k, v in (reward_info.reward_breakdown or {}).items()}
-    termination = invalid.termination if invalid else _TERMINATIONS.get(
+    termination = ended.termination if ended else _TERMINATIONS.get(
         simulation.termination_reason, Termination.INVALID_OUTPUT
     )
-    had_invalid = invalid is not None or stats.invalid_tool_calls > 0
+    invalid = isinstance(ended, InvalidOutput)
+    had_invalid = invalid or stats.invalid_tool_calls > 0
     return EpisodeResult(
         domain=ref.domain,
         task_id=ref.task_id,
@@ -362,7 +378,7 @@ def _score_episode(episode: _Episode, cfg: Tau2EnvConfig, simulation: Simulation
         termination=termination,
         num_agent_turns=stats.agent_turns,
         num_tool_calls=stats.tool_calls,
-        num_invalid_tool_calls=stats.invalid_tool_calls + (invalid is not None),
+        num_invalid_tool_calls=stats.invalid_tool_calls + invalid,
         agent_latency_s=stats.agent_latency_s,
         user_latency_s=stats.user_latency_s,
         judge_latency_s=stats.judge_latency_s,
@@ -370,7 +386,7 @@ def _score_episode(episode: _Episode, cfg: Tau2EnvConfig, simulation: Simulation
         wall_s=time.perf_counter() - episode.start,
         eval_s=eval_s,
         messages=[m.model_dump(mode="json", exclude={"raw_data"}) for m in simulation.messages],
-        note="; ".join(n for n in (invalid.detail if invalid else "", eval_note) if n),
+        note="; ".join(n for n in (ended.detail if ended else "", eval_note) if n),
         agent_view=agent_view(episode.orchestrator.agent, simulation.messages),
     )
 

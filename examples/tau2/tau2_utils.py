@@ -38,6 +38,10 @@ class Termination(enum.StrEnum):
     scores it as an agent error (0); `invalid_format_penalty` is subtracted."""
     TRUNCATED = "truncated"
     """The policy hit its token limit mid-reply. Ends and is scored like INVALID_OUTPUT."""
+    CONTEXT_EXCEEDED = "context_exceeded"
+    """The conversation outgrew the policy's context: its next prompt does not fit (AReaL's proxy refuses
+    it before sending, or the server does). The episode ends there, never retried, and tau2 scores it as
+    it scores a run out of steps (0: ended prematurely), with no format penalty."""
 
 
 class RejectReason(enum.StrEnum):

@@ -18,7 +18,9 @@ from openai.types.chat import ChatCompletion
 from tau2.data_model.message import AssistantMessage, SystemMessage, ToolCall, ToolMessage, UserMessage
 
 from examples.tau2.episode.llm import (
+    MAX_DETAIL_CHARS,
     ChatEndpoint,
+    ContextExceeded,
     InvalidOutput,
     MalformedReply,
     ParsedReply,
@@ -297,3 +299,85 @@ def test_valid_raw_reply_over_http_is_a_completion(endpoint):
 
     reply = asyncio.run(go())
     assert reply.content == "Let me look." and reply.tool_calls[0].name == "get_user_details"
+
+
+VLLM_PROMPT_TOO_LONG = ("This model's maximum context length is 4096 tokens. However, your prompt contains "
+                        "4200 input tokens, which exceeds this limit even without any output tokens. Please "
+                        "reduce the length of the input prompt.")
+SGLANG_TOTAL_TOO_LONG = ("Requested token count exceeds the model's maximum context length of 32768 tokens. "
+                         "You requested a total of 34000 tokens: 31952 tokens from the input messages and "
+                         "2048 tokens for the completion.")
+OPENAI_TOO_LONG = ("This model's maximum context length is 128000 tokens. However, your messages resulted in "
+                   "130000 tokens. Please reduce the length of the messages.")
+CONTEXT_REFUSALS = [  # (status, body, prompt tokens, context, refused by): the wordings context_refusal knows
+    (500, {"detail": "len of prompt tokens 5454 exceeds max_total_tokens 5200"}, 5454, 5200, "AReaL's proxy"),
+    (500, {"detail": "len of prompt tokens 33000 exceeds engine_max_tokens 32768"}, 33000, 32768,
+     "AReaL's proxy"),
+    (400, {"error": {"message": VLLM_PROMPT_TOO_LONG, "type": "BadRequestError", "param": "input_tokens"}},
+     4200, 4096, "the server"),
+    (400, {"error": {"message": "The decoder prompt (length 5000) is longer than the maximum model length "
+                                "of 4096. Make sure that `max_model_len` is no smaller than the number of "
+                                "text tokens."}}, 5000, 4096, "the server"),
+    (400, {"error": {"message": "Input length (5000) exceeds model's maximum context length (4096)."}},
+     5000, 4096, "the server"),
+    (400, {"object": "error", "message": "The input (40000 tokens) is longer than the model's context "
+                                         "length (32768 tokens).", "code": 400}, 40000, 32768, "the server"),
+    (400, {"object": "error", "message": SGLANG_TOTAL_TOO_LONG, "code": 400}, 31952, 32768, "the server"),
+    (400, {"error": {"message": OPENAI_TOO_LONG, "code": "context_length_exceeded"}}, 130000, 128000,
+     "the server"),
+    (400, {"error": {"message": "Too long.", "code": "context_length_exceeded"}}, None, None, "the server"),
+]
+
+
+def _refused(status: int, body: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return _raw(json.dumps(body).encode(), "application/json", status=status, **extra)
+
+
+@pytest.mark.parametrize("status, body, prompt, limit, refused_by", CONTEXT_REFUSALS)
+def test_a_prompt_past_the_context_ends_the_policy_s_episode_at_the_first_refusal(
+        endpoint, status, body, prompt, limit, refused_by):
+    """Over real HTTP: AReaL's proxy's and the servers' refusals end the policy's episode with both lengths
+    in one short sentence, after one request (never retried); for the user simulator they reject it."""
+    async def go(reason: RejectReason) -> tuple[BaseException, int]:
+        async with httpx.AsyncClient() as client:
+            chat = ChatEndpoint(base_url=endpoint.url, api_key="k", model="raw", http_client=client,
+                                reject_reason=reason, request_timeout_s=10.0, retries=3, backoff_s=0.001,
+                                context_ends_episode=reason is RejectReason.POLICY_ENDPOINT)
+            with pytest.raises((ContextExceeded, EpisodeRejected)) as info:
+                await chat.complete([{"role": "user", "content": "hi"}], None, **_refused(status, body))
+            return info.value, chat.failed_attempts
+
+    policy, attempts = asyncio.run(go(RejectReason.POLICY_ENDPOINT))
+    assert isinstance(policy, ContextExceeded) and attempts == 1
+    assert (policy.prompt_tokens, policy.limit, policy.refused_by) == (prompt, limit, refused_by)
+    assert policy.termination is Termination.CONTEXT_EXCEEDED
+    assert policy.detail.startswith("context exceeded: the prompt")
+    if prompt is not None:
+        lengths = f"({prompt} tokens) does not fit the context ({limit} tokens), refused by {refused_by}"
+        assert lengths in policy.detail
+    user, attempts = asyncio.run(go(RejectReason.USER_ENDPOINT))
+    assert isinstance(user, EpisodeRejected) and user.reason is RejectReason.USER_ENDPOINT and attempts == 1
+    assert user.detail == f"{policy.detail} (not retried)"
+
+
+def test_other_errors_are_retried_and_their_detail_is_cut_short(endpoint):
+    """A 500 that is not about the context is retried as before; a 400 is not retried; a server error that
+    echoes a huge body (e.g. every token id of the request) is cut to MAX_DETAIL_CHARS in the rejection."""
+    huge = {"detail": "Internal server error: " + ", ".join(str(i) for i in range(20000))}
+
+    async def go(status: int, body: dict[str, Any]) -> tuple[EpisodeRejected, int]:
+        async with httpx.AsyncClient() as client:
+            chat = _endpoint(endpoint.url, client, RejectReason.POLICY_ENDPOINT, retries=2)
+            chat.context_ends_episode = True
+            with pytest.raises(EpisodeRejected) as info:
+                await chat.complete([{"role": "user", "content": "hi"}], None, **_refused(status, body))
+            return info.value, chat.failed_attempts
+
+    rejected, attempts = asyncio.run(go(500, huge))
+    assert attempts == 3 and len(rejected.detail) < MAX_DETAIL_CHARS + 40
+    assert rejected.detail.endswith("characters)")
+    rejected, attempts = asyncio.run(go(400, {"error": {"message": "bad request: unknown field"}}))
+    assert attempts == 1 and "unknown field" in rejected.detail
+    # the same wording under a status no server uses for it is not taken for a context refusal
+    rejected, attempts = asyncio.run(go(503, CONTEXT_REFUSALS[0][1]))
+    assert attempts == 3

@@ -93,11 +93,13 @@ class ScriptedSGLang:
 
 
 def rollout_config(fileroot: Path, *, turn_discount: float, env: dict[str, str] | None = None,
-                   max_concurrent_rollouts: int = 2, max_head_offpolicyness: int = 4) -> Any:
+                   max_concurrent_rollouts: int = 2, max_head_offpolicyness: int = 4,
+                   engine_max_tokens: int | None = None) -> Any:
     """AReaL's rollout config for one CPU rollout worker (`env`: its environment) in inline agent mode.
     With no weight updates and `consumer_batch_size` 1, AReaL's staleness limit lets at most
     `max_head_offpolicyness` + 1 groups be accepted at version 0 over the controller's life: a caller
-    that plays N groups in all sets it to at least N - 1, or `rollout_batch` waits forever."""
+    that plays N groups in all sets it to at least N - 1, or `rollout_batch` waits forever.
+    `engine_max_tokens`: the context the proxy enforces (prompt + reply), as `config.yaml` sets it."""
     from areal.api.cli_args import AgentConfig, InferenceEngineConfig, SchedulingSpec
 
     return InferenceEngineConfig(
@@ -110,6 +112,7 @@ def rollout_config(fileroot: Path, *, turn_discount: float, env: dict[str, str] 
             agent_cls_path="areal.experimental.openai.proxy.online_agent._OnlineAgent",  # unused by v1
             admin_api_key="integration-test-key", mode="inline", tool_call_parser="qwen",
             reasoning_parser="qwen3", turn_discount=turn_discount, export_style="individual",
+            engine_max_tokens=engine_max_tokens,
         ),
     )
 

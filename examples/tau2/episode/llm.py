@@ -3,7 +3,8 @@
 Converts tau2 messages to Chat Completions dicts, retries infrastructure failures with backoff
 (tenacity), checks that each reply is a chat completion at all (`parse_completion`: a reply that is
 not is the endpoint's failure, `MalformedReply`), and turns a completion back into a tau2 message —
-or into a typed `InvalidOutput` when the model's reply is not a valid turn.
+or into a typed `InvalidOutput` when the model's reply is not a valid turn. A prompt that has outgrown
+the context is recognised from the refusal's wording (`context_refusal`) and never retried.
 """
 
 from __future__ import annotations
@@ -86,6 +87,70 @@ class InvalidOutput(Exception):
         self.termination = termination
         self.detail = detail
         self.raw_text = raw_text
+
+
+class ContextExceeded(Exception):
+    """The next prompt does not fit the model's context. AReaL's proxy refuses it before sending
+    (`len of prompt tokens N exceeds max_total_tokens M`, HTTP 500, with `rollout.agent.engine_max_tokens`
+    set); a server refuses it itself (vLLM, SGLang, OpenAI: HTTP 400). Never retried: the same
+    conversation can only grow. For the policy it ends the episode, scored
+    (`Termination.CONTEXT_EXCEEDED`); for the user simulator or the judge it rejects the episode."""
+
+    termination = Termination.CONTEXT_EXCEEDED
+
+    def __init__(self, prompt_tokens: int | None, limit: int | None, refused_by: str):
+        self.prompt_tokens, self.limit, self.refused_by = prompt_tokens, limit, refused_by
+        prompt = f" ({prompt_tokens} tokens)" if prompt_tokens is not None else ""
+        context = f" ({limit} tokens)" if limit is not None else ""
+        self.detail = (f"context exceeded: the prompt{prompt} does not fit the context{context}, refused by "
+                       f"{refused_by}")
+        super().__init__(self.detail)
+
+
+_CONTEXT_REFUSALS = (
+    # AReaL 1.0.4's proxy (experimental/openai/client.py), before it sends anything
+    (re.compile(r"len of prompt tokens (?P<prompt>\d+) exceeds (?:max_total|engine_max)_tokens "
+                r"(?P<limit>\d+)"), "AReaL's proxy"),
+    # vLLM (renderers/params.py, v1/engine/input_processor.py, serve/utils/api_utils.py)
+    (re.compile(r"maximum context length is (?P<limit>\d+) tokens\. However, your prompt contains "
+                r"(?:at least )?(?P<prompt>\d+) input tokens"), "the server"),
+    (re.compile(r"prompt \(length (?P<prompt>\d+)\) is longer than the maximum model length of "
+                r"(?P<limit>\d+)"), "the server"),
+    (re.compile(r"Input length \((?P<prompt>\d+)\) exceeds model's maximum context length "
+                r"\((?P<limit>\d+)\)"), "the server"),
+    # SGLang (tokenizer_manager's request validation)
+    (re.compile(r"The input \((?P<prompt>\d+) tokens\) is longer than the model's context length "
+                r"\((?P<limit>\d+) tokens\)"), "the server"),
+    (re.compile(r"maximum context length of (?P<limit>\d+) tokens\. You requested a total of \d+ tokens: "
+                r"(?P<prompt>\d+) tokens from the input"), "the server"),
+    # OpenAI
+    (re.compile(r"maximum context length is (?P<limit>\d+) tokens\. However, your messages resulted in "
+                r"(?P<prompt>\d+) tokens"), "the server"),
+    (re.compile(r"context_length_exceeded"), "the server"),
+)
+
+
+def context_refusal(error: openai.APIStatusError) -> ContextExceeded | None:
+    """The refusal of a prompt that does not fit the context, as AReaL's proxy and the servers word it
+    (`_CONTEXT_REFUSALS`), with the lengths they name; None for any other error."""
+    if error.status_code not in (400, 413, 422, 500):
+        return None
+    text = f"{error.message} {json.dumps(error.body, default=str) if error.body is not None else ''}"
+    for pattern, refused_by in _CONTEXT_REFUSALS:
+        m = pattern.search(text)
+        if m:
+            numbers = m.groupdict()
+            return ContextExceeded(int(numbers["prompt"]) if "prompt" in numbers else None,
+                                   int(numbers["limit"]) if "limit" in numbers else None, refused_by)
+    return None
+
+
+MAX_DETAIL_CHARS = 600
+"""A rejection's detail is cut to this (a server's error can echo the whole request's token ids)."""
+
+
+def shorten(text: str, limit: int = MAX_DETAIL_CHARS) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 class MalformedReply(Exception):
@@ -211,7 +276,10 @@ class ChatEndpoint:
         request_timeout_s: float,
         retries: int,
         backoff_s: float,
+        context_ends_episode: bool = False,
     ):
+        """`context_ends_episode`: a prompt past the context raises `ContextExceeded` (the policy's
+        endpoint: the episode ends, scored) instead of rejecting the episode with `reject_reason`."""
         # max_retries=0: retries are ours, so they are counted and bounded in one place.
         self.client = AsyncOpenAI(
             base_url=base_url,
@@ -224,6 +292,7 @@ class ChatEndpoint:
         self.reject_reason = reject_reason
         self.retries = retries
         self.backoff_s = backoff_s
+        self.context_ends_episode = context_ends_episode
         self.failed_attempts = 0
         self.headers: dict[str, str] = {}
         """Sent with every request (task and episode ids, for server-side tracing)."""
@@ -259,15 +328,25 @@ class ChatEndpoint:
                             options={"headers": self.headers},
                         )
                         completion = parse_completion(response.content)
+                    except openai.APIStatusError as e:
+                        self.failed_attempts += 1
+                        refusal = context_refusal(e)
+                        if refusal is not None:
+                            raise refusal from e  # not retryable
+                        raise
                     except Exception:
                         self.failed_attempts += 1
                         raise
                     return completion, time.perf_counter() - start
+        except ContextExceeded as e:
+            if self.context_ends_episode:
+                raise
+            raise EpisodeRejected(self.reject_reason, f"{e.detail} (not retried)") from e
         except (openai.OpenAIError, MalformedReply) as e:
             raise EpisodeRejected(
                 self.reject_reason,
-                f"{type(e).__name__} after {self.failed_attempts} failed attempt(s): {e}",
+                shorten(f"{type(e).__name__} after {self.failed_attempts} failed attempt(s): {e}"),
             ) from e
         except httpx.HTTPError as e:
-            raise EpisodeRejected(self.reject_reason, f"{type(e).__name__}: {e}") from e
+            raise EpisodeRejected(self.reject_reason, shorten(f"{type(e).__name__}: {e}")) from e
         raise AssertionError("unreachable")
