@@ -127,6 +127,29 @@ def test_each_problem_is_one_sentence(clean, overrides, fragment):
     assert "\n" not in errors[0]
 
 
+@pytest.mark.parametrize(("overrides", "expected"), [
+    (["train_dataset.batch_size=-4"], "train_dataset.batch_size=-4 must be at least 1"),
+    (["train_dataset.batch_size=0"], "train_dataset.batch_size=0 must be at least 1"),
+    (["gconfig.n_samples=0"], "gconfig.n_samples=0 must be at least 1"),
+    (["gconfig.max_new_tokens=0"], "gconfig.max_new_tokens=0 must be at least 1"),
+    (["++total_train_steps=0"], "total_train_steps=0 must be at least 1"),
+    (["gconfig.temperature=-1"], "gconfig.temperature=-1 must be above 0"),
+    (["gconfig.temperature=0"], "gconfig.temperature=0 must be above 0"),
+    (["eval_gconfig.temperature=-0.5"], "eval_gconfig.temperature=-0.5 must be 0 (greedy) or more"),
+    (["actor.path=/nonexistent/model"], "actor.path=/nonexistent/model does not exist on this machine"),
+    (["actor.path=./no/such/checkpoint"], "actor.path=./no/such/checkpoint does not exist on this machine"),
+    (["actor.path="], "actor.path must be set: a local checkpoint directory or a Hugging Face hub id"),
+])
+def test_values_no_run_can_start_with_are_refused_naming_the_key(clean, overrides, expected):
+    """AReaL accepts these and the run dies later in a traceback; the dry run names the key and the fix,
+    and not a derived field the user never set (econfig.group_size, rollout.tokenizer_path)."""
+    errors = errors_for(clean, *overrides)
+    assert [e for e in errors if e.startswith(expected)], errors
+    assert not [e for e in errors if "group_size" in e or "tokenizer_path" in e or "\n" in e], errors
+    if overrides != ["gconfig.temperature=-1"] and overrides != ["gconfig.temperature=0"]:
+        assert len(errors) == 1, errors  # (actor.temperature follows gconfig.temperature: named too)
+
+
 def test_scheduling_spec_without_gpu(clean):
     errors = errors_for(clean, "actor.scheduling_spec.0.gpu=0")  # rollout's spec interpolates actor's
     assert errors == ["rollout.scheduling_spec[0].gpu is 0: its workers would get no GPU",

@@ -379,11 +379,42 @@ def check_sampling(config: Tau2PPOConfig) -> list[str]:
     return errors
 
 
+def check_values(config: Tau2PPOConfig) -> list[str]:
+    """Values no run can start with, named with the fix: AReaL accepts them and the run dies later in a
+    traceback (a negative batch size, a temperature at or below 0, a local model path that is not there)."""
+    errors = []
+    counts = {"train_dataset.batch_size": config.train_dataset.batch_size,
+              "gconfig.n_samples": config.gconfig.n_samples,
+              "gconfig.max_new_tokens": config.gconfig.max_new_tokens,
+              "total_train_epochs": config.total_train_epochs}
+    if config.valid_dataset is not None:
+        counts["valid_dataset.batch_size"] = config.valid_dataset.batch_size
+    if config.total_train_steps is not None:
+        counts["total_train_steps"] = config.total_train_steps
+    errors += [f"{name}={value} must be at least 1" for name, value in counts.items() if value < 1]
+    for name, temperature in (("gconfig.temperature", config.gconfig.temperature),
+                              ("actor.temperature", config.actor.temperature)):
+        if not temperature > 0:
+            errors.append(f"{name}={temperature:g} must be above 0: training samples from the policy's "
+                          "distribution at that temperature, which the trainer recomputes (default 1.0)")
+    if not config.eval_gconfig.temperature >= 0:
+        errors.append(f"eval_gconfig.temperature={config.eval_gconfig.temperature:g} must be 0 (greedy) or "
+                      "more")
+    path = config.actor.path
+    if not path:
+        errors.append("actor.path must be set: a local checkpoint directory or a Hugging Face hub id "
+                      "(e.g. Qwen/Qwen3-8B)")
+    elif path.startswith(("/", ".", "~")) and not Path(path).expanduser().exists():
+        errors.append(f"actor.path={path} does not exist on this machine; give a local checkpoint directory "
+                      "(on a cluster: one the nodes share) or a Hugging Face hub id (e.g. Qwen/Qwen3-8B)")
+    return errors
+
+
 def check_training(config: Tau2PPOConfig, train_rows: int | None) -> list[str]:
     """Settings that AReaL accepts but that break or silently spoil tau2 training."""
     errors = []
     econfig, agent = config.econfig, config.rollout.agent
-    if econfig.drop_uniform_groups and config.gconfig.n_samples < 2:
+    if econfig.drop_uniform_groups and config.gconfig.n_samples == 1:  # below 1: check_values
         errors.append(f"econfig.drop_uniform_groups drops every group of gconfig.n_samples="
                       f"{config.gconfig.n_samples} episode; use n_samples >= 2 or turn the filter off")
     if econfig.group_size != config.gconfig.n_samples:  # derived unless set explicitly (Tau2PPOConfig)
@@ -415,7 +446,7 @@ def check_training(config: Tau2PPOConfig, train_rows: int | None) -> list[str]:
     if config.rollout.request_timeout <= econfig.episode_timeout_s:
         errors.append(f"rollout.request_timeout={config.rollout.request_timeout:g}s must exceed "
                       f"econfig.episode_timeout_s={econfig.episode_timeout_s:g}s (it bounds a whole group)")
-    if not config.rollout.tokenizer_path:
+    if not config.rollout.tokenizer_path and config.actor.path:  # it follows actor.path (check_values)
         errors.append("rollout.tokenizer_path must be set: AReaL's proxy applies the chat template itself")
     if bool(econfig.valid_split) != (config.valid_dataset is not None):
         errors.append("set both econfig.valid_split and a valid_dataset section, or neither "
@@ -452,6 +483,11 @@ def check_lr_schedule(config: Tau2PPOConfig, train_rows: int | None) -> list[str
 def validate(config: Tau2PPOConfig) -> list[str]:
     """Every problem that would make the run fail or train on something unintended."""
     errors = config.econfig.validate()
+    # Episode settings that follow a gconfig value (config.yaml, Tau2PPOConfig): check_values names that key.
+    followed = {"econfig: group_size must be >= 1": config.econfig.group_size == config.gconfig.n_samples < 1,
+                "econfig: max_completion_tokens must be positive":
+                    config.econfig.max_completion_tokens == config.gconfig.max_new_tokens < 1}
+    errors = [e for e in errors if not any(e.startswith(start) and on for start, on in followed.items())]
     try:
         uses = engine_uses(config)
     except ValueError as e:
@@ -478,7 +514,7 @@ def validate(config: Tau2PPOConfig) -> list[str]:
                 train_rows = len(tau2_dataset.train_rows(config.econfig, config.seed))
             except ValueError as e:  # every task of a split left out as regraded
                 errors.append(str(e))
-    errors += check_training(config, train_rows)
+    errors += check_values(config) + check_training(config, train_rows)
     errors += check_curriculum(config) + check_tracking(config) + check_recover(config)
     return errors
 
