@@ -222,6 +222,22 @@ def test_script_dry_run_passes_overrides(tmp_path, endpoint):
     assert "admin key set" in result.stdout
 
 
+def test_the_admin_key_is_on_no_command_line_and_never_printed(tmp_path, endpoint):
+    """The key the script passes reaches the controller through its environment: the interpreter's
+    arguments (recorded by a wrapper in place of TAU2_PYTHON) and the output do not hold it."""
+    argv_log = tmp_path / "argv"
+    wrapper = tmp_path / "python"
+    wrapper.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" >> {argv_log}\nexec {sys.executable} "$@"\n')
+    wrapper.chmod(0o755)
+    overrides = [o for o in clean_overrides(tmp_path, endpoint.url) if "admin_api_key" not in o]
+    result = run_script("dry-run", *overrides, "+configs=debug_2gpu",
+                        env={"TAU2_PYTHON": str(wrapper), "TAU2_ADMIN_KEY": "s3cret-admin-key-42"})
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "admin key set" in result.stdout and "no problems found" in result.stdout
+    assert "tau2_train.py" in argv_log.read_text()  # the controller ran through the wrapper
+    assert "s3cret-admin-key-42" not in argv_log.read_text() + result.stdout + result.stderr
+
+
 FAKE_SERVER = """
 import http.server, json, subprocess, sys, time
 args = sys.argv[1:]

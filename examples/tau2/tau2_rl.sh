@@ -89,12 +89,13 @@ sys.exit(0 if torch.cuda.is_available() and importlib.util.find_spec("sgl_kernel
 PY
 }
 
-admin_key() {
-  if [[ -n "${TAU2_ADMIN_KEY:-}" ]]; then
-    echo "$TAU2_ADMIN_KEY"
-  else
-    "$1" -c 'import secrets; print(secrets.token_hex(16))'
+# The proxy's admin key reaches the controller through the environment, never its command line (`ps`):
+# TAU2_ADMIN_KEY if set, else a fresh one (training/config.py reads it).
+export_admin_key() {
+  if [[ -z "${TAU2_ADMIN_KEY:-}" ]]; then
+    TAU2_ADMIN_KEY="$("$1" -c 'import secrets; print(secrets.token_hex(16))')"
   fi
+  export TAU2_ADMIN_KEY
 }
 
 train() { # python, overrides...
@@ -112,7 +113,8 @@ cmd_local() {
   if [[ -n "${TAU2_TRAIN_GPUS:-}" ]]; then
     export CUDA_VISIBLE_DEVICES="$TAU2_TRAIN_GPUS"
   fi
-  train "$py" scheduler.type=local "rollout.agent.admin_api_key=$(admin_key "$py")" "$@"
+  export_admin_key "$py"
+  train "$py" scheduler.type=local "$@"
 }
 
 # SLURM's clients find a cluster through SLURM_CONF; unset, the local one (`slurm-local up`) if it runs.
@@ -131,7 +133,8 @@ cmd_slurm() {
   fi
   py="$(python_bin)"
   use_local_slurm
-  local -a args=(scheduler.type=slurm "rollout.agent.admin_api_key=$(admin_key "$py")")
+  export_admin_key "$py"
+  local -a args=(scheduler.type=slurm)
   if [[ -n "${TAU2_IMAGE:-}" ]]; then # the workers in this image; it imports examples.tau2 from the checkout
     args+=("++actor.scheduling_spec.0.container_type=apptainer" "++actor.scheduling_spec.0.image=$TAU2_IMAGE"
       "++actor.scheduling_spec.0.env_vars.PYTHONPATH=$repo")
@@ -139,8 +142,8 @@ cmd_slurm() {
   if ((submit == 0)); then
     train "$py" "${args[@]}" "$@"
   fi
-  # Login nodes end long processes: the controller runs as a job of its own. Its arguments go through the
-  # environment (TAU2_CONTROLLER_ARGS, NUL-separated in a file) so that the admin key is on no command line.
+  # Login nodes end long processes: the controller runs as a job of its own, with this environment (the
+  # admin key included); its arguments go through a NUL-separated file, so that no override needs quoting.
   command -v sbatch >/dev/null || die "slurm --submit: no sbatch on this machine"
   export_user_key
   mkdir -p "$run_dir"
@@ -170,7 +173,8 @@ cmd_dry_run() { # checks what local/slurm would run, including the admin key the
   local py
   py="$(python_bin)"
   use_local_slurm
-  train "$py" --dry-run "rollout.agent.admin_api_key=$(admin_key "$py")" "$@"
+  export_admin_key "$py"
+  train "$py" --dry-run "$@"
 }
 
 user_pidfile="$run_dir/user-server.pid"

@@ -164,3 +164,18 @@ def test_econfig_defers_validation_and_reports_every_problem():
     assert solo.choice_errors() == [
         "econfig: solo_mode needs domains with tickets (telecom, mock); airline have none"]
     assert Tau2TrainEnvConfig(domain=None, mix={"telecom": 1}, solo_mode=True).validate() == []
+
+
+@pytest.mark.parametrize("key", ["0f3a9c", "a'b\\c=d,e f", "ends\\", "${oc.env:HOME}", "x\\'y", "[1, 2]"])
+def test_the_admin_key_comes_from_the_environment_unchanged(monkeypatch, tmp_path, key):
+    """`tau2_rl.sh` exports TAU2_ADMIN_KEY instead of passing an override, which `ps` would show; any
+    characters survive (Hydra quoting, OmegaConf interpolation), also through AReaL's own loader, and an
+    explicit override still wins."""
+    monkeypatch.setenv("TAU2_ADMIN_KEY", key)
+    loaded = load(f"cluster.fileroot={tmp_path}", f"cluster.name_resolve.nfs_record_root={tmp_path / 'nr'}")
+    assert loaded.config.rollout.agent.admin_api_key == key
+    config, _ = load_expr_config(loaded.argv, Tau2PPOConfig)
+    assert config.rollout.agent.admin_api_key == key
+    assert load("rollout.agent.admin_api_key=explicit").config.rollout.agent.admin_api_key == "explicit"
+    monkeypatch.delenv("TAU2_ADMIN_KEY")
+    assert load().config.rollout.agent.admin_api_key != key  # the config's own value

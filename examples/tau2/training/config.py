@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -34,6 +36,10 @@ ALLOCATION_KEY = "allocation_mode"
 SERVING_ENGINES = ("auto", "sglang", "vllm", "areal")
 BACKEND_KEYS = ("rollout.backend", "actor.backend", "ref.backend")
 TREE_TRAINING_KEY = "actor.enable_tree_training"
+ADMIN_KEY = "rollout.agent.admin_api_key"
+ADMIN_KEY_ENV = "TAU2_ADMIN_KEY"
+"""The proxy's admin key from the environment (`tau2_rl.sh` exports a fresh one): a key given as an
+override would sit on the controller's command line, which every user of the machine sees (`ps`)."""
 
 
 DRY_RUN_FLAG = "--dry-run"
@@ -236,6 +242,9 @@ def load_config(argv: list[str]) -> LoadedConfig:
             cli_mode = o.split("=", 1)[1].strip().strip("'\"")  # the last one wins, as in Hydra
         else:
             overrides.append(_quote_parenthesized(o))
+    admin_key = os.environ.get(ADMIN_KEY_ENV)
+    if admin_key and not any(_override_key(o) == ADMIN_KEY for o in overrides):  # an explicit one wins
+        overrides.append(f"++{ADMIN_KEY}={hydra_quoted(admin_key)}")
 
     raw = compose_raw(config_file, overrides)
     mode = cli_mode or str(raw.get(ALLOCATION_KEY) or "")
@@ -264,6 +273,14 @@ def load_config(argv: list[str]) -> LoadedConfig:
         raise ConfigError(f"invalid config: {first_line(e)}") from None
     return LoadedConfig(config=config, argv=["--config", str(config_file), *overrides],
                         config_file=config_file, allocation_mode=mode, backends=backends, notes=tuple(notes))
+
+
+def hydra_quoted(value: str) -> str:
+    """`value` as one quoted Hydra override value, whatever characters it holds."""
+    # Hydra reads a backslash as an escape only before a quote or at the end of a quoted value; OmegaConf
+    # would resolve `${...}` unless escaped.
+    escaped = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", value.replace("${", "\\${"))
+    return "'" + re.sub(r"(\\+)$", lambda m: m.group(1) * 2, escaped) + "'"
 
 
 def _tree_training_off(raw: DictConfig, overrides: list[str]) -> str:

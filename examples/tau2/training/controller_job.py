@@ -4,7 +4,8 @@ processes, and a job's controller outlives the user's session.
     python -m examples.tau2.training.controller_job ARGFILE
 
 ARGFILE holds `tau2_train.py`'s arguments, NUL-separated, written by `tau2_rl.sh` readable only by its
-user (they include the proxy's admin key, which no command line may show); it is deleted once read. The
+user (any override, however quoted, stays one argument; the proxy's admin key comes with the job's
+environment, `TAU2_ADMIN_KEY`, never on a command line); it is deleted once read. The
 controller then runs as `tau2_train.py` does; `scancel` of this job sends it SIGTERM, on which it stops its
 workers and cancels their jobs (`runtime.process.exit_on_sigterm`), as on any other exit.
 """
