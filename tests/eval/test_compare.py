@@ -27,11 +27,12 @@ TRIALS = 3
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
-def evaluate(endpoint, out: Path, policy: str, *extra: str, user_url: str | None = None) -> Path:
+def evaluate(endpoint, out: Path, policy: str, *extra: str, user_url: str | None = None,
+             exit_code: int = 0) -> Path:
     args = ["--policy-base-url", endpoint.url, "--policy-model", policy, "--output-dir", str(out),
             "--user-base-url", user_url or endpoint.url, "--user-model", "user", "--llm-retries", "1",
             "--retry-backoff-s", "0.01", "--request-timeout-s", "20", "--concurrency", "4", *extra]
-    assert eval_main(args) == 0
+    assert eval_main(args) == exit_code
     return out
 
 
@@ -161,7 +162,7 @@ def test_compare_pairs_tasks_by_id_and_leaves_one_sided_tasks_out(endpoint, tmp_
     assert "| mock | pass^2 | 1 | 1.000 | 0.000 | +1.000 [+1.000, +1.000] * |" in md
 
 
-def test_compare_refuses_bad_input(endpoint, runs, tmp_path, capsys, closed_port):
+def test_compare_refuses_bad_input(endpoint, runs, tmp_path, capsys):
     a, b = str(runs["a"]), str(runs["b"])
     assert "is not a directory" in cli_error(capsys, "compare", a, str(tmp_path / "missing"))
     (tmp_path / "empty").mkdir()
@@ -182,8 +183,8 @@ def test_compare_refuses_bad_input(endpoint, runs, tmp_path, capsys, closed_port
     err = cli_error(capsys, "compare", str(one), a)
     assert "domains was ['mock'], now ['airline', 'retail']" in err and "trials was 2, now 3" in err
     assert "no task of mock has a valid trial in both" in cli_error(capsys, "compare", str(one), str(other))
-    down = mock_run(endpoint, tmp_path / "down", "oracle", "create_task_1",
-                    user_url=f"http://127.0.0.1:{closed_port}/v1")  # every trial rejected
+    down = mock_run(endpoint, tmp_path / "down", "oracle", "create_task_1", exit_code=1,
+                    user_url=f"{endpoint.url}/broken")  # answers, but every trial is rejected
     assert "has no scored trial" in cli_error(capsys, "compare", str(one), str(down))
 
 

@@ -194,10 +194,16 @@ def test_infra_failures_are_excluded_and_reported(endpoint, tmp_path):
     assert "1.000 [1.000, 1.000] (1 tasks)" in md
 
 
-def test_rejected_trials_are_retried_on_resume(endpoint, tmp_path, closed_port):
+def test_rejected_trials_are_retried_on_resume(endpoint, tmp_path, caplog):
+    """A user simulator that answers (so the check before the trials passes) but fails every chat request:
+    every trial is rejected, and the run exits 1 saying so, with no chart; the same command against a
+    working one resumes and scores them."""
     out = tmp_path / "retry"
-    down = f"http://127.0.0.1:{closed_port}/v1"
-    assert main(cli(endpoint, out, "oracle", "--trials", "2", user_url=down)) == 0
+    down = f"{endpoint.url}/broken"  # 404 for every request, but reachable
+    assert main(cli(endpoint, out, "oracle", "--trials", "2", user_url=down)) == 1
+    assert ("no trial was scored: all 6 were rejected (user_endpoint 6), so nothing was measured"
+            in caplog.text)
+    assert not (out / "pass_hat_k.png").exists()
     g = group(report(out))
     assert g["num_valid_trials"] == 0 and g["rejected_attempts"] == {"user_endpoint": 6}
     assert g["pass_hat_k"] == {"1": None, "2": None}
@@ -502,6 +508,8 @@ def test_bad_config_files_are_refused(tmp_path, text, message):
     (["--config", "/nonexistent/config.yaml"], "does not exist"),
     (["--bootstrap-resamples", "0"], "bootstrap resamples must be >= 1"),
     (["--bootstrap-confidence", "95"], "confidence must be in (0, 1)"),
+    ([], "the policy at --policy-base-url=http://127.0.0.1:1/v1 is not reachable (ConnectError); start its "
+         "server or fix --policy-base-url"),
 ])
 def test_bad_input_is_one_clear_error_before_anything_runs(tmp_path, capsys, argv, message):
     out = tmp_path / "never"

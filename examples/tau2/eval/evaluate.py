@@ -31,6 +31,7 @@ import os
 import sys
 import time
 import typing
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,6 +54,7 @@ from examples.tau2.eval.metrics import (
 )
 from examples.tau2.releases import regraded
 from examples.tau2.runtime.charts import new_figure, save_png
+from examples.tau2.runtime.endpoints import endpoint_problems
 from examples.tau2.runtime.files import dump_json, write_atomic
 from examples.tau2.runtime.logs import setup_runtime
 from examples.tau2.tau2_utils import (
@@ -524,7 +526,8 @@ def write_report(plan: EvalPlan, records: list[TrialRecord]) -> EvalReport:
         f"- {describe_regraded(flagged)}",
     ]
     write_atomic(plan.output_dir / RESULTS_MD, "\n".join(header) + "\n\n" + format_markdown(report))
-    write_chart(report, f"pass^k: {plan.policy_model} ({plan.split} split)", plan.output_dir / CHART)
+    if report.overall.num_valid_trials:  # nothing scored: no chart to draw (evaluate says why)
+        write_chart(report, f"pass^k: {plan.policy_model} ({plan.split} split)", plan.output_dir / CHART)
     return report
 
 
@@ -597,11 +600,37 @@ def evaluate(plan: EvalPlan, log: TrialLog, records: list[TrialRecord]) -> int:
                     format_interval(g.pass_hat_k[1], g.pass_hat_k_ci.get(1)), k,
                     format_interval(g.pass_hat_k[k], g.pass_hat_k_ci.get(k)),
                     g.num_valid_trials, g.num_rejected_trials)
+    if not report.overall.num_valid_trials:
+        latest = {r.key: r for r in log.load()}  # a trial's last attempt
+        reasons = Counter(r.rejection for r in latest.values() if not r.scored)
+        logger.error("no trial was scored: all %d were rejected (%s), so nothing was measured; each reason "
+                     "is in %s. Fix what failed and rerun the same command to retry them",
+                     report.overall.num_rejected_trials,
+                     ", ".join(f"{reason} {n}" for reason, n in reasons.most_common()),
+                     plan.output_dir / TRIALS_FILE)
+        return 1
     if report.overall.num_rejected_trials:
         logger.warning("%d trials were rejected (infrastructure failures, excluded from the metrics); "
                        "rerun the same command to retry them", report.overall.num_rejected_trials)
     logger.info("wrote %s, %s and %s in %s", RESULTS_MD, RESULTS_JSON, CHART, plan.output_dir)
     return 0
+
+
+ENDPOINT_CHECK_TIMEOUT_S = 10.0
+
+
+def endpoint_check(plan: EvalPlan) -> list[str]:
+    """Before any trial (and before the output directory is touched): the policy answers, accepts its key
+    and serves --policy-model when it lists its models; so does the user simulator, unless solo."""
+    problems = endpoint_problems("policy", "--policy-base-url", plan.policy_base_url, plan.policy_api_key_env,
+                                 "--policy-model", plan.policy_model,
+                                 "start its server or fix --policy-base-url", ENDPOINT_CHECK_TIMEOUT_S)
+    env = plan.env
+    if not env.solo_mode:
+        problems += endpoint_problems("user simulator", "--user-base-url", env.user_base_url,
+                                      env.user_api_key_env, "--user-model", env.user_model,
+                                      "start one or fix --user-base-url", ENDPOINT_CHECK_TIMEOUT_S)
+    return problems
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -612,6 +641,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         setup_runtime(args.tau2_log_level or "ERROR")  # before tau2 is imported: it logs at import
         plan = plan_from_args(args)
+        problems = endpoint_check(plan)
+        if problems:
+            raise ValueError("; ".join(problems))
         log, records = open_run(plan)
     except ValueError as e:
         parser.error(str(e))

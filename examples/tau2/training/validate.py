@@ -16,7 +16,6 @@ import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 from areal.api.alloc_mode import ModelAllocation
 from areal.infra.utils.http import DEFAULT_ADMIN_API_KEY
 from areal.utils.network import gethostip
@@ -27,6 +26,7 @@ from examples.tau2.compat.tau2_release import installed_release
 from examples.tau2.curriculum.sampler import check_curriculum, outcomes_dir
 from examples.tau2.episode import domain as tau2_domain
 from examples.tau2.releases import regraded
+from examples.tau2.runtime.endpoints import endpoint_problems
 from examples.tau2.slurm.checks import check_slurm, describe_cluster
 from examples.tau2.training import dataset as tau2_dataset
 from examples.tau2.training.alloc import parse_backend
@@ -184,28 +184,14 @@ def check_parallelism(shape: ModelShape, uses: list[EngineUse]) -> list[str]:
 def _endpoint_problems(what: str, field: str, url: str, key_env: str, model_field: str, model: str,
                        scheduler: str | None, unreachable_hint: str, timeout_s: float) -> list[str]:
     """An OpenAI-compatible endpoint the rollout workers call answers, and serves `model` when it lists
-    its models."""
+    its models; under SLURM, it is not on the controller's loopback."""
     url = url.rstrip("/")
     host = urllib.parse.urlparse(url).hostname or ""
     if scheduler == "slurm" and host in LOOPBACK_HOSTS:
         return [f"econfig.{field}={url} is a loopback address, which the rollout workers on other "
                 f"nodes cannot reach; use the {what} host's name or IP"]
-    key = os.environ.get(key_env) or "EMPTY"
-    try:
-        response = httpx.get(f"{url}/models", headers={"Authorization": f"Bearer {key}"}, timeout=timeout_s)
-    except httpx.HTTPError as e:
-        return [f"the {what} at econfig.{field}={url} is not reachable ({type(e).__name__}); "
-                f"{unreachable_hint}"]
-    if response.status_code in (401, 403):
-        return [f"the {what} at {url} rejects the key in ${key_env} (HTTP {response.status_code})"]
-    if response.status_code == 200:
-        try:
-            served = [str(m["id"]) for m in response.json().get("data", [])]
-        except (ValueError, KeyError, TypeError, AttributeError):
-            served = []
-        if served and model not in served:
-            return [f"the {what} at {url} serves {', '.join(served)}, not econfig.{model_field}={model}"]
-    return []  # any other answer: up, without an OpenAI model list to compare against
+    return endpoint_problems(what, f"econfig.{field}", url, key_env, f"econfig.{model_field}", model,
+                             unreachable_hint, timeout_s)
 
 
 def check_user_simulator(econfig: Tau2TrainEnvConfig, scheduler: str | None,
