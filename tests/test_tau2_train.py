@@ -179,6 +179,8 @@ def test_script_usage_and_refusals(tmp_path):
                     "user-server start|stop|status", "eval"):
         assert f"  {command} " in help_.stdout
     assert help_.stderr == "" and "'parity --help' lists the options" in help_.stdout
+    assert ("python3 -m areal.launcher.slurm examples/tau2/tau2_train.py --config ... ARGS  ->  slurm ARGS"
+            in help_.stdout)
     bogus = run_script("bogus")
     assert bogus.returncode == 2 and "tau2_rl.sh: unknown command 'bogus'" in bogus.stderr
     assert "usage: examples/tau2/tau2_rl.sh COMMAND" in bogus.stderr

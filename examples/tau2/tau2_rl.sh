@@ -37,6 +37,11 @@ OVERRIDES are Hydra key=value pairs over the config (default examples/tau2/confi
   +configs=debug_2gpu    +configs=slurm_2node    econfig.domain=retail    trial_name=run2
   allocation_mode=sglang:d4t2+archon:d4p2t1   (old combined form, rewritten into per-engine backends)
 
+the original example's commands (AReaL 1.0.4 has no areal.launcher; TRAINING.md "The original commands"):
+  python3 -m areal.launcher.slurm examples/tau2/tau2_train.py --config ... ARGS  ->  slurm ARGS
+  python3 -m areal.launcher.local examples/tau2/tau2_train.py --config ... ARGS  ->  local ARGS
+  econfig.user_llm=... econfig.user_llm_base_url=...  ->  econfig.user_model=... econfig.user_base_url=...
+
 environment:
   TAU2_PYTHON       interpreter (default: .venv/bin/python, created or refreshed by scripts/install.sh)
   TAU2_CONFIG       config file of local, slurm and dry-run; eval reads its econfig (as --config);

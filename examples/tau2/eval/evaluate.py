@@ -41,7 +41,7 @@ from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from examples.tau2.compat import installed_version
-from examples.tau2.compat.tau2_release import installed_release
+from examples.tau2.compat.tau2_release import ignored_data_dir, installed_release
 from examples.tau2.eval.metrics import (
     SUCCESS_THRESHOLD,
     BootstrapConfig,
@@ -291,6 +291,8 @@ class EvalPlan:
 
 def plan_from_args(args: argparse.Namespace) -> EvalPlan:
     """Validate the command line; raises ValueError with one sentence on bad input."""
+    if problem := ignored_data_dir():
+        raise ValueError(problem)
     if args.trials < 1:
         raise ValueError(f"--trials must be >= 1, got {args.trials}")
     if args.concurrency < 1:

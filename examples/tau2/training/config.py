@@ -36,6 +36,9 @@ ALLOCATION_KEY = "allocation_mode"
 SERVING_ENGINES = ("auto", "sglang", "vllm", "areal")
 BACKEND_KEYS = ("rollout.backend", "actor.backend", "ref.backend")
 TREE_TRAINING_KEY = "actor.enable_tree_training"
+RENAMED_KEYS = {"econfig.user_llm": "econfig.user_model",
+                "econfig.user_llm_base_url": "econfig.user_base_url"}
+"""The original AReaL example's names for settings this project names otherwise."""
 ADMIN_KEY = "rollout.agent.admin_api_key"
 ADMIN_KEY_ENV = "TAU2_ADMIN_KEY"
 """The proxy's admin key from the environment (`tau2_rl.sh` exports a fresh one): a key given as an
@@ -237,6 +240,9 @@ def load_config(argv: list[str]) -> LoadedConfig:
 
     cli_mode = ""
     overrides = []
+    for old in [_override_key(o) for o in rest if _override_key(o) in RENAMED_KEYS]:
+        raise ConfigError(f"{old} is the original example's name: here it is {RENAMED_KEYS[old]} "
+                          f"({RENAMED_KEYS[old]}=...)")
     for o in rest:
         if _override_key(o) == ALLOCATION_KEY:
             cli_mode = o.split("=", 1)[1].strip().strip("'\"")  # the last one wins, as in Hydra

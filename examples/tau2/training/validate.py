@@ -22,7 +22,7 @@ from areal.utils.network import gethostip
 
 from examples.tau2.compat import tau2_judge
 from examples.tau2.compat.areal_api import archon_model_types, tree_block_size
-from examples.tau2.compat.tau2_release import installed_release
+from examples.tau2.compat.tau2_release import ignored_data_dir, installed_release
 from examples.tau2.curriculum.sampler import check_curriculum, outcomes_dir
 from examples.tau2.episode import domain as tau2_domain
 from examples.tau2.releases import regraded
@@ -501,6 +501,7 @@ def validate(config: Tau2PPOConfig) -> list[str]:
             except ValueError as e:  # every task of a split left out as regraded
                 errors.append(str(e))
     errors += check_values(config) + check_training(config, train_rows)
+    errors += [problem for problem in [ignored_data_dir()] if problem]
     errors += check_curriculum(config) + check_tracking(config) + check_recover(config)
     return errors
 
