@@ -187,3 +187,31 @@ def test_the_original_example_s_key_names_are_answered_with_today_s(old, new):
     expected = rf"^{old} is the original example's name: here it is {new} \({new}="
     with pytest.raises(ConfigError, match=expected):
         load(f"{old}=x")
+
+
+@pytest.mark.parametrize(("override", "expected"), [
+    ("gconfig.n_samples=abc", "invalid config: gconfig.n_samples: Value 'abc' of type 'str' could not be "
+                              "converted to Integer"),
+    ("actor.path=null", "invalid config: actor.path: Incompatible value 'None' for field of type 'str'"),
+    ("actor.optimizer.lr=fast", "invalid config: actor.optimizer.lr: Value 'fast' of type 'str' could not be "
+                                "converted to Float"),
+])
+def test_a_value_of_the_wrong_type_is_named_by_its_key(override, expected):
+    with pytest.raises(ConfigError) as e:
+        load(override)
+    assert str(e.value) == expected
+
+
+def test_malformed_yaml_is_one_sentence_with_its_line(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("gconfig:\n  n_samples: [1\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(["--config", str(bad)])
+    assert str(e.value) == f"{bad} is not valid YAML: did not find expected ',' or ']' at line 3, column 1"
+
+
+def test_a_failed_composition_does_not_show_the_admin_key(monkeypatch):
+    monkeypatch.setenv("TAU2_ADMIN_KEY", "s3cret-from-env")
+    with pytest.raises(ConfigError) as e:
+        load("rollout.agent.admin_api_key=s3cret-given", "no.such.key=1")
+    assert "rollout.agent.admin_api_key=***" in str(e.value) and "s3cret" not in str(e.value)

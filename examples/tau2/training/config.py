@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+import yaml
 from areal.api.cli_args import PPOConfig, parse_cli_args, to_structured_cfg
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
@@ -215,10 +216,28 @@ def compose_raw(config_file: Path, overrides: list[str],
     entry point (training, smoke, learn, SFT, evaluation) reads its config through here."""
     try:
         raw, _ = parse_cli_args(["--config", str(config_file), *overrides])
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise error(f"{config_file} is not valid YAML: {getattr(e, 'problem', None) or first_line(e)}"
+                    f"{where}") from None
     except (HydraException, OmegaConfBaseException, ValueError) as e:
         hint = " (keys absent from the YAML need ++key=value)" if "Could not override" in str(e) else ""
-        raise error(f"cannot compose {config_file} with {overrides}: {first_line(e)}{hint}") from None
+        raise error(f"cannot compose {config_file} with {shown(overrides)}: {config_problem(e)}"
+                    f"{hint}") from None
     return raw
+
+
+def shown(overrides: list[str]) -> list[str]:
+    """The overrides as a message may show them: the proxy's admin key masked."""
+    return [f"{o.split('=', 1)[0]}=***" if _override_key(o) == ADMIN_KEY else o for o in overrides]
+
+
+def config_problem(e: BaseException) -> str:
+    """The first line of Hydra's / OmegaConf's message, after the key it is about when OmegaConf knows it
+    (its messages name the value and the type, not the key)."""
+    key = getattr(e, "full_key", None) if isinstance(e, OmegaConfBaseException) else None
+    return f"{key}: {first_line(e)}" if key else first_line(e)
 
 
 def compose_config(config_file: Path, overrides: list[str], config_cls: type[T],
@@ -228,7 +247,7 @@ def compose_config(config_file: Path, overrides: list[str], config_cls: type[T],
     try:
         return OmegaConf.to_object(to_structured_cfg(raw, config_cls=config_cls))  # type: ignore[return-value]
     except Exception as e:  # OmegaConf / dataclass errors: report their first line
-        raise error(f"cannot load {config_file} with {overrides}: {first_line(e)}") from None
+        raise error(f"cannot load {config_file} with {shown(overrides)}: {config_problem(e)}") from None
 
 
 def load_config(argv: list[str]) -> LoadedConfig:
@@ -276,7 +295,7 @@ def load_config(argv: list[str]) -> LoadedConfig:
     try:
         config: Any = OmegaConf.to_object(to_structured_cfg(raw, config_cls=Tau2PPOConfig))
     except (OmegaConfBaseException, ValueError, TypeError) as e:
-        raise ConfigError(f"invalid config: {first_line(e)}") from None
+        raise ConfigError(f"invalid config: {config_problem(e)}") from None
     return LoadedConfig(config=config, argv=["--config", str(config_file), *overrides],
                         config_file=config_file, allocation_mode=mode, backends=backends, notes=tuple(notes))
 
