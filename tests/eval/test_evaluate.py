@@ -194,15 +194,23 @@ def test_infra_failures_are_excluded_and_reported(endpoint, tmp_path):
     assert "1.000 [1.000, 1.000] (1 tasks)" in md
 
 
-def test_rejected_trials_are_retried_on_resume(endpoint, tmp_path, caplog):
+def test_rejected_trials_are_retried_on_resume(endpoint, tmp_path):
     """A user simulator that answers (so the check before the trials passes) but fails every chat request:
     every trial is rejected, and the run exits 1 saying so, with no chart; the same command against a
     working one resumes and scores them."""
     out = tmp_path / "retry"
     down = f"{endpoint.url}/broken"  # 404 for every request, but reachable
-    assert main(cli(endpoint, out, "oracle", "--trials", "2", user_url=down)) == 1
-    assert ("no trial was scored: all 6 were rejected (user_endpoint 6), so nothing was measured"
-            in caplog.text)
+    records: list[logging.LogRecord] = []  # on the module's logger: see the next test
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    tau2_eval.logger.addHandler(handler)
+    try:
+        assert main(cli(endpoint, out, "oracle", "--trials", "2", user_url=down)) == 1
+    finally:
+        tau2_eval.logger.removeHandler(handler)
+    assert any(r.levelname == "ERROR" and r.getMessage().startswith(
+        "no trial was scored: all 6 were rejected (user_endpoint 6), so nothing was measured")
+        for r in records), [r.getMessage() for r in records]
     assert not (out / "pass_hat_k.png").exists()
     g = group(report(out))
     assert g["num_valid_trials"] == 0 and g["rejected_attempts"] == {"user_endpoint": 6}
