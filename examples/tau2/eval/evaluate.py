@@ -595,7 +595,8 @@ def evaluate(plan: EvalPlan, log: TrialLog, records: list[TrialRecord]) -> int:
         return 130
     progress.close()
     log.close()
-    report = write_report(plan, log.load())
+    recorded = log.load()
+    report = write_report(plan, recorded)
     for g in report.groups():
         k = plan.trials
         logger.info("%s: pass^1 %s pass^%d %s (%d valid trials, %d rejected)", g.name,
@@ -603,7 +604,7 @@ def evaluate(plan: EvalPlan, log: TrialLog, records: list[TrialRecord]) -> int:
                     format_interval(g.pass_hat_k[k], g.pass_hat_k_ci.get(k)),
                     g.num_valid_trials, g.num_rejected_trials)
     if not report.overall.num_valid_trials:
-        latest = {r.key: r for r in log.load()}  # a trial's last attempt
+        latest = {r.key: r for r in recorded}  # a trial's last attempt
         reasons = Counter(r.rejection for r in latest.values() if not r.scored)
         logger.error("no trial was scored: all %d were rejected (%s), so nothing was measured; each reason "
                      "is in %s. Fix what failed and rerun the same command to retry them",
