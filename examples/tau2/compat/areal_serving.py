@@ -179,8 +179,9 @@ class ServingRolloutMixin:
         """AReaL's `PPOTrainer._init_rollout` (single controller, no LoRA), with the engines above, and no
         evaluation rollout for a run that never validates (no validation data loader, which AReaL sets
         up just before): AReaL 1.0.4 builds one whenever it is not in online mode (rl_trainer.py ~312), a
-        forked worker per server plus, once proxies start, its proxy, that nothing would ever use (~36 s
-        of a CPU smoke run's start-up). AReaL checks `eval_rollout is None` wherever it uses it."""
+        forked worker per server plus, once proxies start, its proxy, that nothing would ever use (what
+        that costs a CPU smoke run: bench/RESULTS.md, "Smoke run without the unused evaluation workers").
+        AReaL checks `eval_rollout is None` wherever it uses it."""
         if is_eval and getattr(self, "valid_dataloader", None) is None:
             return None
         if lora_path is not None or not is_single_controller() or rollout_config._version == "v2":
