@@ -37,6 +37,7 @@ from examples.tau2.cpu.standalone_actor import (  # noqa: E402
     batch_of,
     build_actor,
     rows_from_batch_file,
+    single_process_group,
 )
 from examples.tau2.cpu.tiny_model import TinyModelRecipe, ensure_tiny_model  # noqa: E402
 
@@ -45,6 +46,11 @@ GRAD_NORM = "ppo_actor/update/grad_norm"
 
 
 def measure(layout: Layout, model: Path, rows: list[Row], max_tokens_per_mb: int, update: bool) -> dict:
+    with single_process_group():
+        return _measure(layout, model, rows, max_tokens_per_mb, update)
+
+
+def _measure(layout: Layout, model: Path, rows: list[Row], max_tokens_per_mb: int, update: bool) -> dict:
     actor = build_actor(layout, model, max_tokens_per_mb=max_tokens_per_mb)
     computed: list[int] = []
     prepare = actor._prepare_mb_list

@@ -32,6 +32,7 @@ from examples.tau2.runtime.logs import setup_runtime  # noqa: E402
 setup_runtime()  # as every entry point does before importing tau2: its import-time DEBUG lines stay quiet
 
 from examples.tau2.cpu.scripted_endpoint import EndpointThread  # noqa: E402
+from examples.tau2.cpu.standalone_actor import DISTRIBUTED_ENV  # noqa: E402
 from examples.tau2.tau2_agent import Tau2AgentWorkflow  # noqa: E402
 from examples.tau2.tau2_utils import EpisodeResult  # noqa: E402
 
@@ -80,19 +81,56 @@ def open_tracking_runs() -> list[str]:
     return found
 
 
+def distributed_state() -> dict[str, str | None]:
+    """What a later test or process would inherit from torch.distributed in this one: whether its default
+    group is initialized, and the env:// rendezvous variables (`standalone_actor.DISTRIBUTED_ENV`)."""
+    import sys
+
+    dist = sys.modules.get("torch.distributed")
+    state: dict[str, str | None] = {key: os.environ.get(key) for key in DISTRIBUTED_ENV}
+    state["torch.distributed group"] = "initialized" if dist is not None and dist.is_initialized() else None
+    return state
+
+
+def restore_distributed_state(before: dict[str, str | None]) -> None:
+    import sys
+
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_initialized() and before["torch.distributed group"] is None:
+        dist.destroy_process_group()
+    for key in DISTRIBUTED_ENV:
+        if before[key] is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = before[key]  # type: ignore[assignment]
+
+
 @pytest.fixture(autouse=True)
-def no_tracking_run_left_open() -> Iterator[None]:
-    """Fail a test that leaves a wandb or swanlab run open (and close it, so the next test starts clean)."""
+def no_process_state_left_behind() -> Iterator[None]:
+    """Fail a test that leaves process-wide state behind for the tests after it on this worker (and undo
+    it, so that the next test starts clean): an open wandb or swanlab run, an initialized torch.distributed
+    group or the rendezvous variables that make every later subprocess rank 0 of a finished group."""
+    before = distributed_state()
     yield
-    leaked = open_tracking_runs()
+    leaked = [f"a {run} run open (close AReaL's StatsLogger: close())" for run in open_tracking_runs()]
+    after = distributed_state()
+    leaked += [f"{key}={after[key]!r} (was {before[key]!r})" for key in after if after[key] != before[key]]
+    restore_distributed_state(before)
     if leaked:
-        pytest.fail(f"the test left a {' and a '.join(leaked)} run open: close AReaL's StatsLogger (close())")
+        pytest.fail("the test left process-wide state behind: " + "; ".join(leaked))
 
 
 @pytest.fixture(scope="session")
-def endpoint() -> Iterator[EndpointThread]:
+def endpoint_server() -> Iterator[EndpointThread]:
     with EndpointThread() as ep:
         yield ep
+
+
+@pytest.fixture
+def endpoint(endpoint_server: EndpointThread) -> EndpointThread:
+    """The session's scripted endpoint, its request counters and outages reset for this test."""
+    endpoint_server.endpoint.reset()
+    return endpoint_server
 
 
 @pytest.fixture

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -71,9 +70,7 @@ def run_groups(tmp_path: Path, fake: ScriptedSGLang, user: EndpointThread, user_
 
 def test_tau2_episodes_through_areal_proxy(tmp_path, fake_sglang, endpoint, monkeypatch):
     monkeypatch.setenv("AREAL_PROXY_WARN_ONCE", "1")  # inherited by the workers
-    start = time.monotonic()
     [results] = run_groups(tmp_path, fake_sglang, endpoint, ["user"], group_size=2)
-    wall = time.monotonic() - start
     assert not psutil.Process().children(recursive=True), "a worker process outlived the test"
     assert len(results) == 1, "the group was rejected (see the worker logs under tmp_path/logs)"
     traj = results[0]
@@ -112,7 +109,6 @@ def test_tau2_episodes_through_areal_proxy(tmp_path, fake_sglang, endpoint, monk
     assert "<tool_response>" in second_prompt and "Amelia" in second_prompt and "Davis" in second_prompt
     # Every policy request carried the workflow's per-turn token limit.
     assert {r["sampling_params"]["max_new_tokens"] for r in fake_sglang.requests} == {MAX_COMPLETION_TOKENS}
-    assert wall < 240
 
 
 def test_a_rejected_episode_drops_only_itself_from_its_group(tmp_path, fake_sglang, endpoint, monkeypatch):

@@ -196,14 +196,14 @@ def test_policy_unreachable_is_rejected(endpoint, closed_port):
 
 @pytest.mark.parametrize("user_model", ["user-error500", "user-hang"])
 def test_user_simulator_failures_are_rejected(endpoint, user_model):
-    start = time.monotonic()
     err = _rejection(make_workflow(endpoint, "oracle", user_model=user_model, request_timeout_s=0.5,
                                    llm_retries=1), endpoint)
+    # the request's own 0.5 s timeout ended a hang (the episode's 120 s budget would say TIMEOUT)
     assert err.reason is RejectReason.USER_ENDPOINT
-    assert time.monotonic() - start < 30
 
 
-def test_an_outage_of_the_first_episodes_rejects_them_and_spares_the_later_ones(endpoint):
+@pytest.mark.parametrize("run", [1, 2])  # the second run passes only if each test gets a fresh outage
+def test_an_outage_of_the_first_episodes_rejects_them_and_spares_the_later_ones(endpoint, run):
     wf = lambda: make_workflow(endpoint, "oracle", user_model="failfirst2:user", llm_retries=1)  # noqa: E731
     for _ in range(2):
         assert _rejection(wf(), endpoint).reason is RejectReason.USER_ENDPOINT
@@ -290,10 +290,8 @@ def test_malformed_reply_rejection_is_one_warning_line(endpoint, caplog, monkeyp
 
 
 def test_episode_never_exceeds_its_timeout(endpoint):
-    start = time.monotonic()
     err = _rejection(make_workflow(endpoint, "hang", episode_timeout_s=1.5, request_timeout_s=600), endpoint)
-    assert err.reason is RejectReason.TIMEOUT
-    assert time.monotonic() - start < 120  # the episode's 1.5 s budget ended it, not the 600 s request
+    assert err.reason is RejectReason.TIMEOUT  # the 1.5 s episode budget (the 600 s request: POLICY_ENDPOINT)
 
 
 def test_unknown_task_is_rejected_as_internal(endpoint):

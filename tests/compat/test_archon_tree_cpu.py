@@ -17,7 +17,7 @@ from examples.tau2.compat.archon_tree_cpu import (
     gather_tree_logprobs,
     trim_tree_padding,
 )
-from examples.tau2.cpu.standalone_actor import Layout, Row, batch_of, build_actor
+from examples.tau2.cpu.standalone_actor import Layout, Row, batch_of, build_actor, single_process_group
 from examples.tau2.cpu.tiny_model import TinyModelRecipe, ensure_tiny_model
 
 
@@ -114,6 +114,11 @@ def tiny_model(tmp_path_factory):
 
 def train_once(layout: Layout, model, rows: list[Row]) -> tuple[list[torch.Tensor], dict, list]:
     # SGD: the update is the gradient itself (Adam's first step is ±lr for any gradient's sign).
+    with single_process_group():
+        return _train_once(layout, model, rows)
+
+
+def _train_once(layout: Layout, model, rows: list[Row]) -> tuple[list[torch.Tensor], dict, list]:
     actor = build_actor(layout, model, max_tokens_per_mb=4096, optimizer="sgd", lr=1.0)
     try:
         before = actor.compute_logp(batch_of(rows))
@@ -148,11 +153,12 @@ def test_recorded_batches_give_back_the_rows(tiny_model, tmp_path, monkeypatch):
 
     monkeypatch.setenv(RECORD_BATCHES_ENV, str(tmp_path / "batches"))
     rows = episode_rows(2, 2, prompt=50, gen=5, obs=7, vocab=150000)
-    actor = build_actor(Layout.archon_tree, tiny_model, max_tokens_per_mb=4096)
-    try:
-        actor.compute_logp(batch_of(rows))
-    finally:
-        actor.destroy()
+    with single_process_group():
+        actor = build_actor(Layout.archon_tree, tiny_model, max_tokens_per_mb=4096)
+        try:
+            actor.compute_logp(batch_of(rows))
+        finally:
+            actor.destroy()
     recorded = rows_from_batch_file(tmp_path / "batches" / "batch-1.pt")
     # batch_of's loss mask covers the positions before the generated tokens (as after compute_advantages)
     assert recorded == rows

@@ -98,8 +98,7 @@ def test_user_simulator_outage_then_vllm_server_death(tmp_path):
         assert run.returncode != 0 and len(stats_steps(tmp_path)) == 2
         assert "eval-rollout" not in out  # no validation set: no evaluation workers or proxies
         assert re.search(r"the inference server at \S+ has refused connections for \d+ s \(it died\); rerun "
-                         "the same command to resume", out), out[-5000:]
-        assert stopped_s < 240
+                         "the same command to resume", out), out[-5000:]  # the watchdog, not a timeout
         deadline = time.monotonic() + 30
         while processes_of(tmp_path) and time.monotonic() < deadline:
             time.sleep(0.2)

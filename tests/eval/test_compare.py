@@ -42,14 +42,14 @@ def mock_run(endpoint, out: Path, policy: str, *tasks: str, trials: int = 2, **k
 
 
 @pytest.fixture(scope="module")
-def runs(endpoint, tmp_path_factory) -> dict[str, Path]:
+def runs(endpoint_server, tmp_path_factory) -> dict[str, Path]:
     """coin75 twice (identical trials) and coin50: the first 4 test tasks of airline and retail, 3 trials."""
     base = tmp_path_factory.mktemp("runs")
     common = ["--domains", *DOMAINS, "--limit", "4", "--trials", str(TRIALS)]
     return {
-        "a": evaluate(endpoint, base / "a", "coin75", *common),
-        "a2": evaluate(endpoint, base / "a2", "coin75", *common),
-        "b": evaluate(endpoint, base / "b", "coin50", *common),
+        "a": evaluate(endpoint_server, base / "a", "coin75", *common),
+        "a2": evaluate(endpoint_server, base / "a2", "coin75", *common),
+        "b": evaluate(endpoint_server, base / "b", "coin50", *common),
     }
 
 

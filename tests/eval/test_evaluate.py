@@ -72,9 +72,9 @@ def by_k(values: dict) -> dict[int, float | None]:
 
 
 @pytest.fixture(scope="module")
-def mixed_run(endpoint, tmp_path_factory) -> Path:
+def mixed_run(endpoint_server, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("mixed")
-    assert main(cli(endpoint, out, MIXED, "--trials", "3")) == 0
+    assert main(cli(endpoint_server, out, MIXED, "--trials", "3")) == 0
     return out
 
 

@@ -51,12 +51,12 @@ def eval_cli(endpoint, out: Path, policy: str, *extra: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def oracle_eval(endpoint, tmp_path_factory):
+def oracle_eval(endpoint_server, tmp_path_factory):
     """A real evaluation dir of the oracle on all mock tasks (2 trials), and every request it sent."""
     out = tmp_path_factory.mktemp("sft") / "eval-oracle"
-    endpoint.endpoint.recent.clear()
-    assert tau2_eval.main(eval_cli(endpoint, out, "oracle", "--trials", "2")) == 0
-    return out, [r for r in endpoint.endpoint.recent if r.model == "oracle"]
+    endpoint_server.endpoint.recent.clear()
+    assert tau2_eval.main(eval_cli(endpoint_server, out, "oracle", "--trials", "2")) == 0
+    return out, [r for r in endpoint_server.endpoint.recent if r.model == "oracle"]
 
 
 @pytest.fixture(scope="module")

@@ -21,11 +21,12 @@ SFT_YAML = REPO / "examples" / "tau2" / "sft.yaml"
 
 
 @pytest.fixture(scope="module")
-def oracle_data(endpoint, tmp_path_factory) -> Path:
+def oracle_data(endpoint_server, tmp_path_factory) -> Path:
     """The oracle's mock trajectories, exported (7 rows)."""
     root = tmp_path_factory.mktemp("sft-entry")
-    args = ["--policy-base-url", endpoint.url, "--policy-model", "oracle", "--output-dir", str(root / "eval"),
-            "--user-base-url", endpoint.url, "--user-model", "user-scenario", "--domains", "mock",
+    args = ["--policy-base-url", endpoint_server.url, "--policy-model", "oracle",
+            "--output-dir", str(root / "eval"),
+            "--user-base-url", endpoint_server.url, "--user-model", "user-scenario", "--domains", "mock",
             "--split", "all", "--trials", "1", "--concurrency", "4"]
     assert tau2_eval.main(args) == 0
     out = root / "oracle.jsonl"

@@ -254,10 +254,8 @@ def test_a_dead_inference_server_stops_training_with_a_message(closed_port):
     cls.server_dead_after_s = 0.5  # checked every 5 s: stops after 5-10 s
     trainer = cls(SimpleNamespace(recover=SimpleNamespace(fileroot="/x", experiment_name="e",
                                                           trial_name="t")))
-    start = time.monotonic()
     with pytest.raises(InferenceServerDied, match=f"127.0.0.1:{closed_port} has refused connections"):
-        trainer.train()
-    assert time.monotonic() - start < 120  # checked every 5 s: long before the rollout's 600 s
+        trainer.train()  # the watchdog's error: train() itself would only sleep
 
 
 # ---------------------------------------------------------------------------------------------
@@ -399,10 +397,9 @@ def test_the_reaper_stops_the_workers_of_a_killed_controller(tmp_path):
         time.sleep(0.5)
         assert reaper.poll() is None
         controller.kill()
-        start = time.monotonic()
         out, _ = reaper.communicate(timeout=60)
         assert ours.wait(timeout=60) is not None and not child.is_running()
-        assert time.monotonic() - start < 60  # the reaper's polls, not the workers' own lives (120 s)
+        # the reaper stopped them (not the end of their own 120 s lives, past the waits above)
         assert theirs.poll() is None and "stopped 2 process(es) of e/t" in out, out
     finally:
         for p in procs:

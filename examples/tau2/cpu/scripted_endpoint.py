@@ -287,6 +287,16 @@ class ScriptedEndpoint:
         self._down: dict[tuple[str, str], bool] = {}  # (outage model, episode) -> down?
         self._arrived: collections.Counter[str] = collections.Counter()  # outage model -> episodes seen
 
+    def reset(self) -> None:
+        """Forget every request and outage so far: the next episode is the first again (a test's own
+        `failfirst<N>:` outage does not depend on which tests ran before it on this server)."""
+        self.requests.clear()
+        self.recent.clear()
+        self._per_episode.clear()
+        self._seeds.clear()
+        self._down.clear()
+        self._arrived.clear()
+
     def _episode_down(self, model: str, episode: str, kind: str, n: int) -> bool:
         """Whether `episode` is in the outage of `model` (`faulty<P>:` / `failfirst<N>:`), decided on
         its first request by its arrival index at that model name."""

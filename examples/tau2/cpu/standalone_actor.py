@@ -9,9 +9,11 @@ Qwen3 chat template and τ²'s airline policy and tools, or batches recorded fro
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import os
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,27 +42,45 @@ class Row:
     n_generated: int
 
 
-def init_single_process_group() -> None:
-    """A one-process gloo group, as AReaL's workers have (the engines need torch.distributed)."""
+DISTRIBUTED_ENV = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK")
+"""The variables torch.distributed's env:// rendezvous reads (and every process started later inherits)."""
+
+
+@contextlib.contextmanager
+def single_process_group() -> Iterator[None]:
+    """A one-process gloo group, as AReaL's workers have (the engines need torch.distributed), for the
+    duration of the block: afterwards the group is destroyed and `DISTRIBUTED_ENV` is as before, so a
+    later process this one starts is not told it is rank 0 of a finished group."""
     import torch.distributed as dist
 
     if dist.is_initialized():
-        return
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", str(29500 + os.getpid() % 20000))
-    for key, value in (("RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0")):
+        raise RuntimeError("torch.distributed is already initialized in this process")
+    saved = {key: os.environ.get(key) for key in DISTRIBUTED_ENV}
+    defaults = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(29500 + os.getpid() % 20000),
+                "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}
+    for key, value in defaults.items():
         os.environ.setdefault(key, value)
     dist.init_process_group(backend="gloo", world_size=1, rank=0)
+    try:
+        yield
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def build_actor(layout: Layout, model_path: str | Path, *, max_tokens_per_mb: int = 16384,
                 dtype: str = "float32", optimizer: str = "adam", lr: float = 1e-4,
                 temperature: float = 1.0):
-    """An initialized actor for `layout` on the CPU, loading `model_path` (Hugging Face format)."""
+    """An initialized actor for `layout` on the CPU, loading `model_path` (Hugging Face format); call it
+    inside `single_process_group()`."""
     from areal.api import FinetuneSpec
     from areal.api.cli_args import ArchonEngineConfig, MicroBatchSpec, OptimizerConfig, PPOActorConfig
 
-    init_single_process_group()
     config = PPOActorConfig(
         experiment_name="standalone", trial_name="cpu", path=str(model_path), dtype=dtype,
         backend="fsdp:d1" if layout is Layout.fsdp_one_sequence else "archon:d1",
