@@ -30,7 +30,7 @@ commands:
   compare aggregate|compare ARGS  python -m examples.tau2.eval.compare ARGS... (mean ± sd over runs; A vs B with intervals)
   parity [ARGS...]                train/serve prompt parity on recorded tau2 conversations: AReaL's proxy vs
                                   SGLang's rendering and a live vLLM server (--vllm-url URL --tokenizer MODEL_DIR);
-                                  'parity --help' lists the options
+                                  'parity --help' lists the options and how to start a CPU vLLM server
   help                            this text
 
 OVERRIDES are Hydra key=value pairs over the config (default examples/tau2/config.yaml), e.g.
