@@ -13,14 +13,20 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import shutil
 import signal
 import socket
+import tempfile
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+# Each pytest process keeps its own record of the training runs alive (runtime/live_runs.py): the suite's
+# two groups of AReaL runs use different seeds, and a pre-flight check on another worker must not see them.
+LIVE_RUNS_DIR = tempfile.mkdtemp(prefix="tau2-live-runs-")
+os.environ.setdefault("TAU2_LIVE_RUNS_DIR", LIVE_RUNS_DIR)
 # A suite started in the background by a non-interactive shell (`nohup ... &`) inherits SIGINT ignored, and
 # so would every process it starts: the tests that interrupt a run (the server watchdog, eval.evaluate's
 # resume) need Ctrl-C to act as it does in a terminal.
@@ -46,6 +52,10 @@ AREAL_PROCESS_MODULES = {
 }
 """Test modules that start AReaL's own processes, and their xdist group (see the module docstring). The
 SLURM smoke runs use another seed than every run of `areal-processes`, so the two groups may run at once."""
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    shutil.rmtree(LIVE_RUNS_DIR, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

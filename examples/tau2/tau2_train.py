@@ -74,6 +74,7 @@ def run(loaded: LoadedConfig) -> None:
     """Train: PPOTrainer starts the servers, trainer ranks and proxies, and stops them on exit.
 
     A rerun of a killed run resumes from its saved state (`training.recover.prepare_resume`)."""
+    from examples.tau2.runtime import live_runs
     from examples.tau2.training.recover import prepare_resume, reaper_running
     from examples.tau2.training.tracking import apply_tracking_env
 
@@ -81,8 +82,8 @@ def run(loaded: LoadedConfig) -> None:
     apply_tracking_env(config)
     prepare_resume(config)
     # The reaper stops AReaL's workers if this process is killed (they would outlive it).
-    with reaper_running(config), trainer_class(config)(config, train_dataset=train,
-                                                       valid_dataset=valid) as trainer:
+    with live_runs.registered(config), reaper_running(config), trainer_class(config)(
+            config, train_dataset=train, valid_dataset=valid) as trainer:
         trainer.train(**train_call(config, with_validation=valid is not None))
 
 

@@ -417,3 +417,30 @@ def test_the_controller_stops_its_reaper_on_the_way_out(tmp_path):
         time.sleep(1)
         assert reaper.poll() is None
     assert reaper.returncode == 0  # STOP_REAPER: a quiet exit, nothing reaped
+
+
+def test_a_second_controller_of_a_live_trial_is_refused_before_it_touches_the_first_ones_files(tmp_path):
+    config = _config(tmp_path, "econfig.domain=mock", "econfig.train_split=all", "econfig.valid_split=null",
+                     "valid_dataset=null", "train_dataset.batch_size=2", "++total_train_steps=3")
+    paths = recover_paths(config)
+    dump = Path(config.econfig.dump_dir) / "mock" / "t1" / "a.json"
+    dump.parent.mkdir(parents=True)
+    dump.write_text("{}")
+    first = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        paths.save_root.mkdir(parents=True)
+        paths.controller_file.write_text(json.dumps({
+            "pid": first.pid, "create_time": psutil.Process(first.pid).create_time(),
+            "host": os.uname().nodename, "argv": ["tau2_train.py", "seed=1"]}))
+        expected = (f"another controller of {config.experiment_name}/{config.trial_name} is running "
+                    f"(pid {first.pid}: tau2_train.py seed=1) with its files in {config.cluster.fileroot}; "
+                    "stop it first, or give this run its own trial_name or cluster.fileroot")
+        assert expected in check_recover(config)
+        with pytest.raises(RuntimeError) as refused:
+            prepare_resume(config)
+        assert str(refused.value) == expected
+        assert dump.is_file() and json.loads(paths.controller_file.read_text())["pid"] == first.pid
+    finally:
+        first.kill()
+        first.wait()
+    assert prepare_resume(config).state is None  # the first one ended: this run may go on

@@ -275,6 +275,7 @@ def run(config_file: Path, overrides: list[str], config: Tau2SmokeConfig) -> Smo
     from examples.tau2.compat.areal_recover import resumable_trainer_class
     from examples.tau2.cpu.scripted_endpoint import EndpointThread
     from examples.tau2.curriculum import sampler as tau2_curriculum
+    from examples.tau2.runtime import live_runs
     from examples.tau2.slurm.scheduler import describe_jobs
     from examples.tau2.tau2_train import train_call
     from examples.tau2.training import dataset as tau2_dataset
@@ -308,7 +309,8 @@ def run(config_file: Path, overrides: list[str], config: Tau2SmokeConfig) -> Smo
     port = user_endpoint_port(config.econfig.user_base_url)
     serve = config.smoke.serve_user_simulator
     # The reaper stops AReaL's workers if this process is killed (they would outlive it).
-    with reaper_running(config), EndpointThread(port=port) if serve else contextlib.nullcontext():
+    with live_runs.registered(config), reaper_running(config), (
+            EndpointThread(port=port) if serve else contextlib.nullcontext()):
         logger.info("scripted user simulator (%s) at %s", config.econfig.user_model,
                     config.econfig.user_base_url)
         t = time.perf_counter()

@@ -75,6 +75,7 @@ def user_endpoint_port(url: str) -> int:
 def check_config(config: Tau2SmokeConfig) -> list[str]:
     """Every problem with a smoke config, one sentence each; nothing is started."""
     from examples.tau2.compat.areal_cpu import vllm_python
+    from examples.tau2.runtime.live_runs import seed_collision
     from examples.tau2.training import dataset as tau2_dataset
     from examples.tau2.training.recover import check_recover
     from examples.tau2.training.validate import check_datasets, check_paths, check_training
@@ -147,4 +148,4 @@ def check_config(config: Tau2SmokeConfig) -> list[str]:
     if not config.actor.path and not config.rollout.tokenizer_path:  # ${actor.path}: the tiny model's
         checked.rollout.tokenizer_path = "<tiny model>"
     errors += check_training(checked, rows)
-    return errors + check_recover(config)
+    return errors + check_recover(config) + [problem for problem in [seed_collision(config)] if problem]

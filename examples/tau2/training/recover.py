@@ -301,6 +301,14 @@ def live_controller(paths: RecoverPaths) -> dict[str, Any] | None:
     return rec
 
 
+def another_controller(config: Any, other: dict[str, Any]) -> str:
+    """One sentence on a live controller of this trial: a second one would take over its files."""
+    command = " ".join(other.get("argv") or [])[:200]
+    return (f"another controller of {config.experiment_name}/{config.trial_name} is running "
+            f"(pid {other['pid']}: {command}) with its files in {config.cluster.fileroot}; "
+            "stop it first, or give this run its own trial_name or cluster.fileroot")
+
+
 def record_controller(paths: RecoverPaths) -> None:
     import psutil
 
@@ -462,8 +470,7 @@ def prepare_resume(config: Any, stats_path: Path | None = None, restart_finished
     paths = recover_paths(config)
     other = live_controller(paths)
     if other is not None:
-        raise RuntimeError(f"another controller of {config.experiment_name}/{config.trial_name} is running "
-                           f"(pid {other['pid']}); stop it first or use another trial_name")
+        raise RuntimeError(another_controller(config, other))
     stopped = stop_leftover_workers(config)
     if stopped:
         logger.warning("stopped %d leftover process(es) of a previous controller of this trial: %s",
@@ -531,8 +538,7 @@ def check_recover(config: Any) -> list[str]:
     paths = recover_paths(config)
     other = live_controller(paths)
     if other is not None:
-        errors.append(f"another controller of {config.experiment_name}/{config.trial_name} is running "
-                      f"(pid {other['pid']}); stop it first or use another trial_name")
+        errors.append(another_controller(config, other))
     if paths.journal.exists() or any(staged(p).exists() for p in paths.swapped):
         return errors  # an interrupted save: the run repairs it before it looks at the state
     state = saved_state(paths)

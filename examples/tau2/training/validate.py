@@ -27,6 +27,7 @@ from examples.tau2.curriculum.sampler import check_curriculum, outcomes_dir
 from examples.tau2.episode import domain as tau2_domain
 from examples.tau2.releases import regraded
 from examples.tau2.runtime.endpoints import endpoint_problems
+from examples.tau2.runtime.live_runs import seed_collision
 from examples.tau2.slurm.checks import check_slurm, describe_cluster
 from examples.tau2.training import dataset as tau2_dataset
 from examples.tau2.training.alloc import parse_backend
@@ -503,6 +504,7 @@ def validate(config: Tau2PPOConfig) -> list[str]:
     errors += check_values(config) + check_training(config, train_rows)
     errors += [problem for problem in [ignored_data_dir()] if problem]
     errors += check_curriculum(config) + check_tracking(config) + check_recover(config)
+    errors += [problem for problem in [seed_collision(config)] if problem]
     return errors
 
 
