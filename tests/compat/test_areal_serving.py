@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import json
 
 import pytest
@@ -12,19 +14,28 @@ from examples.tau2.compat import UnsupportedVersion
 from examples.tau2.compat.areal_serving import (
     AREAL_RENDERING,
     PARITY_RECORD_ENV,
+    REQUEST_TOOL_CHOICE,
     SERVING_ENGINE_ENV,
+    TOOL_CHOICE_WRAPPER,
     ServingTemplate,
     install_from_env,
     install_proxy_rendering,
+    keeping_tool_choice,
     serving_engine_name,
 )
 from examples.tau2.compat.serving_render import ServingEngine
+
+AREAL_CREATE = client.AsyncCompletionsWithReward.__dict__["create"]
+TOOLS = [{"type": "function", "function": {"name": n, "description": f"Does {n}.",
+                                           "parameters": {"type": "object", "properties": {}}}}
+         for n in ("f", "g")]
 
 
 @pytest.fixture(autouse=True)
 def restore():
     yield
     client.apply_chat_template = hf_utils.apply_chat_template
+    client.AsyncCompletionsWithReward.create = AREAL_CREATE
 
 
 class _Versioned:
@@ -40,6 +51,66 @@ def test_install_switches_the_proxys_template_call_and_back():
     assert client.apply_chat_template.engine is ServingEngine.VLLM
     install_proxy_rendering(None)
     assert client.apply_chat_template is hf_utils.apply_chat_template
+
+
+def test_install_wraps_areals_create_once_keeping_its_signature_and_back():
+    install_proxy_rendering(ServingEngine.SGLANG)
+    install_proxy_rendering(ServingEngine.SGLANG)
+    create = client.AsyncCompletionsWithReward.create
+    assert getattr(create, TOOL_CHOICE_WRAPPER) and create.__wrapped__ is AREAL_CREATE  # wrapped once
+    # AReaL's proxy passes the request arguments that this signature names
+    assert inspect.signature(create) == inspect.signature(AREAL_CREATE)
+    install_proxy_rendering(None)
+    assert client.AsyncCompletionsWithReward.create is AREAL_CREATE
+
+
+def test_another_areals_create_is_refused():
+    async def create(self, *, messages, tools=None, **kwargs):
+        return None
+
+    create.__qualname__ = "AsyncCompletionsWithReward.create"
+    client.AsyncCompletionsWithReward.create = create  # no tool_choice: not the audited one
+    with pytest.raises(UnsupportedVersion, match="AsyncCompletionsWithReward.create"):
+        install_proxy_rendering(ServingEngine.SGLANG)
+
+
+def test_the_requests_tool_choice_is_visible_while_create_runs_and_only_then():
+    from openai import NOT_GIVEN
+
+    seen = []
+
+    async def create(self, **kwargs):
+        seen.append(REQUEST_TOOL_CHOICE.get())
+        await asyncio.sleep(0)
+        seen.append(REQUEST_TOOL_CHOICE.get())
+
+    wrapped = keeping_tool_choice(create)
+    named = {"type": "function", "function": {"name": "g"}}
+
+    async def both():  # concurrent requests each see their own
+        await asyncio.gather(wrapped(None, tool_choice="none"), wrapped(None, tool_choice=named))
+
+    asyncio.run(both())
+    assert sorted(map(str, seen)) == sorted(map(str, ["none", "none", named, named]))
+    asyncio.run(wrapped(None, tool_choice=NOT_GIVEN))
+    asyncio.run(wrapped(None))
+    assert seen[-2:] == ["auto", "auto"]
+    assert REQUEST_TOOL_CHOICE.get() == "auto"
+
+
+def test_the_template_renders_the_requests_tool_choice():
+    """SGLang's server renders no tools for `none` and only the named one; vLLM's all of them."""
+    rendered = []
+    for engine in ServingEngine:
+        template = ServingTemplate(engine, lambda tok, messages, tools=None, **kw: tools, None)
+        for choice in ("auto", "none", {"type": "function", "function": {"name": "g"}}):
+            token = REQUEST_TOOL_CHOICE.set(choice)
+            try:
+                tools = template(None, [{"role": "user", "content": "x"}], tools=TOOLS)
+            finally:
+                REQUEST_TOOL_CHOICE.reset(token)
+            rendered.append([t["function"]["name"] for t in tools or []])
+    assert rendered == [["f", "g"], [], ["g"], ["f", "g"], ["f", "g"], ["f", "g"]]
 
 
 def test_another_areal_is_refused():
@@ -64,7 +135,7 @@ def test_the_environment_selects_the_rendering_and_recording(monkeypatch, tmp_pa
     [line] = (tmp_path).glob("requests-*.jsonl")
     record = json.loads(line.read_text())
     assert record == {"version": 7, "messages": [{"role": "user", "content": "x"}], "tools": None,
-                      "prompt_ids": [1, 2]}
+                      "tool_choice": "auto", "prompt_ids": [1, 2]}
 
 
 def test_auto_follows_the_rollout_backend():

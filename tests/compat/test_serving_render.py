@@ -1,7 +1,7 @@
 """The serving engines' template inputs (compat/serving_render.py), step by step.
 
-Token-level agreement with the real engines is tests/training/test_parity.py's (SGLang's request models on
-recorded tau2 conversations; a live vLLM server's /tokenize).
+Token-level agreement with the real engines is tests/training/test_parity.py's (SGLang's own chat server
+code on recorded tau2 conversations; a live vLLM server's /tokenize).
 """
 
 from __future__ import annotations

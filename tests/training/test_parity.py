@@ -1,28 +1,37 @@
 """Train/serve parity on recorded tau2 conversations of every domain, through AReaL's real proxy.
 
-The fast tests compare with SGLang 0.5.10.post1's rendering (its own request models, in this process);
-the slow one with a live vLLM 0.32 CPU server's `/tokenize` and vLLM's own reply parser.
+The fast tests compare with SGLang 0.5.10.post1's own OpenAI chat server code, run in this process on CPU
+(tests/compat/sglang_server.py); the slow one with a live vLLM 0.32 CPU server's `/tokenize` and vLLM's own
+reply parser.
 """
 
 from __future__ import annotations
 
 import collections
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from examples.tau2.compat.serving_render import ServingEngine
+from examples.tau2.compat import serving_render
+from examples.tau2.compat.serving_render import ServingEngine, render_prompt_ids
 from examples.tau2.training.parity import (
     PARITY_DOMAINS,
     REPLY_TEXTS,
+    Comparison,
     InProcessProxy,
     ParityCase,
     RecordedParity,
+    compare_prompts,
     first_difference,
     main,
     record_cases,
     run_parity,
 )
+from tests.compat.sglang_server import SGLangChatServer, sglang_model_dir
+
+SGLANG_SERVER = "SGLang 0.5.10.post1 (its chat server)"
 
 
 @pytest.fixture(scope="module")
@@ -35,6 +44,52 @@ def tokenizer_dir() -> str:
     from examples.tau2.cpu.tiny_model import tokenizer_dir
 
     return str(tokenizer_dir())
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tokenizer_dir: str) -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tokenizer_dir)
+
+
+@pytest.fixture(scope="module")
+def sglang(tmp_path_factory: pytest.TempPathFactory, tokenizer_dir: str) -> Iterator[SGLangChatServer]:
+    model = sglang_model_dir(tmp_path_factory.mktemp("sglang-model"), Path(tokenizer_dir))
+    with SGLangChatServer(model) as server:
+        yield server
+
+
+def proxy_prompts(tokenizer: Any, engine: ServingEngine | None, cases: Sequence[ParityCase],
+                  tool_choice: Any = None) -> list[list[int]]:
+    """The prompt ids AReaL's proxy, rendering as `engine`, trains on (`tool_choice` overrides the cases')."""
+    with InProcessProxy(tokenizer, engine) as proxy:
+        return [proxy.complete(c.messages, c.tools, tool_choice or c.tool_choice)[0] for c in cases]
+
+
+def sglang_prompts(server: SGLangChatServer, cases: Sequence[ParityCase],
+                   tool_choice: Any = None) -> list[list[int]]:
+    """What SGLang's chat server builds for the same requests (the body the proxy is sent)."""
+    prompts = []
+    for c in cases:
+        body: dict[str, Any] = {"model": "policy", "messages": c.messages, "max_completion_tokens": 64,
+                                "temperature": 1.0, "top_p": 1.0}
+        if c.tools:
+            body.update(tools=c.tools, tool_choice=tool_choice or c.tool_choice)
+        prompts.append(server.prompt_ids(body))
+    return prompts
+
+
+@pytest.fixture(scope="module")
+def served(cases: list[ParityCase], sglang: SGLangChatServer) -> list[list[int]]:
+    """SGLang's prompts for every recorded request, built once."""
+    return sglang_prompts(sglang, cases)
+
+
+def against_sglang(tokenizer: Any, engine: ServingEngine | None, cases: Sequence[ParityCase],
+                   served: Sequence[list[int]]) -> Comparison:
+    """The proxy's prompts, rendering as `engine`, against SGLang's server's `served` ones for `cases`."""
+    return compare_prompts(SGLANG_SERVER, tokenizer, cases, proxy_prompts(tokenizer, engine, cases), served)
 
 
 def test_first_difference():
@@ -56,32 +111,67 @@ def test_recorded_conversations_cover_every_domain_tools_users_think_and_solo(ca
     assert max(len(c.messages) for c in cases) >= 8  # multi-turn
 
 
-def test_the_proxy_trains_on_sglangs_prompt_token_for_token(cases, tokenizer_dir):
-    report = run_parity(cases, tokenizer_dir, ServingEngine.SGLANG)
-    prompts = report.prompts[0]
-    assert prompts.requests == len(cases) and prompts.differing == 0, report.format()
+def test_the_proxy_trains_on_sglangs_prompt_token_for_token(cases, tokenizer, served):
+    prompts = against_sglang(tokenizer, ServingEngine.SGLANG, cases, served)
+    assert prompts.requests == len(cases) and prompts.differing == 0, prompts.first
     assert prompts.tokens > 50_000
-    # the reply side: the proxy's parsers and SGLang's agree on every generated text
+
+
+def test_the_proxys_reply_parsing_agrees_with_sglangs_parsers(cases, tokenizer_dir):
+    report = run_parity(cases[:1], tokenizer_dir, ServingEngine.SGLANG)
     assert report.replies[0].requests == len(REPLY_TEXTS) and report.replies[0].ok, report.format()
-    assert report.ok
 
 
-def test_without_the_compat_rendering_every_prompt_differs_and_the_first_token_is_shown(cases, tokenizer_dir):
-    report = run_parity(cases, tokenizer_dir, None)  # AReaL's own rendering
-    prompts = report.prompts[0]
+def test_a_rendering_that_strays_from_sglangs_is_caught(cases, tokenizer, sglang, monkeypatch):
+    """The reference is SGLang's server, not the rendering under test: a perturbed rendering fails."""
+    real = serving_render._sglang_inputs
+
+    def perturbed(messages, tools, tool_choice):
+        out, rendered_tools = real(messages, tools, tool_choice)
+        return [{**m, "content": m["content"] + " (perturbed)"} if m["role"] == "tool" else m
+                for m in out], rendered_tools
+
+    monkeypatch.setattr(serving_render, "_sglang_inputs", perturbed)
+    with_tools = [c for c in cases if any(m["role"] == "tool" for m in c.messages)]
+    sample = with_tools[:2] + [c for c in cases if c.mode == "solo"][-1:]
+    prompts = against_sglang(tokenizer, ServingEngine.SGLANG, sample, sglang_prompts(sglang, sample))
+    assert prompts.differing == len(sample) == 3
+    assert "first difference at token" in prompts.first
+    assert " (perturbed)" in prompts.first.split("| served")[0]
+
+
+def test_without_the_compat_rendering_every_prompt_differs_and_the_first_token_is_shown(
+        cases, tokenizer, served):
+    prompts = against_sglang(tokenizer, None, cases, served)  # AReaL's own rendering
     assert prompts.differing == prompts.requests == len(cases)
     # the first difference: the proxy writes `{"function": ...` where SGLang writes `{"type": "function", ...`
     assert "first difference at token" in prompts.first
     assert 'function": {"name": ' in prompts.first.split("| served")[0]
     assert 'type": "function", "function": {"description"' in prompts.first.split("| served")[1]
-    assert not report.ok and "PARITY FAILED" in report.format()
+    assert not prompts.ok
 
 
-def test_rendering_for_vllm_is_not_sglangs_prompt(cases, tokenizer_dir):
+def test_rendering_for_vllm_is_not_sglangs_prompt(cases, tokenizer, served):
     """The check tells the engines apart: vLLM's tool order (name before description, no `strict`)."""
-    report = run_parity(cases[:3], tokenizer_dir, ServingEngine.VLLM, compare_sglang=True)
-    assert report.prompts[0].differing == 3
-    assert '"description"' in report.prompts[0].first
+    prompts = against_sglang(tokenizer, ServingEngine.VLLM, cases[:3], served[:3])
+    assert prompts.differing == 3
+    assert '"description"' in prompts.first
+
+
+def test_tool_choice_none_and_named_are_rendered_as_each_servers(cases, tokenizer, sglang):
+    """SGLang's server renders no tools for `none` and only the named one for a named choice; vLLM's renders
+    every tool whatever the choice. The proxy passes the request's choice to the rendering."""
+    sample = [next(c for c in cases if c.domain == d and len(c.tools) > 1) for d in PARITY_DOMAINS]
+    for c in sample:
+        named = {"type": "function", "function": {"name": c.tools[-1]["function"]["name"]}}
+        auto = proxy_prompts(tokenizer, ServingEngine.SGLANG, [c])[0]
+        for choice in ("none", named):
+            trained = proxy_prompts(tokenizer, ServingEngine.SGLANG, [c], choice)
+            assert trained == sglang_prompts(sglang, [c], choice), (c.label, choice)
+            assert len(trained[0]) < len(auto)  # fewer tools than `auto` renders
+            vllm = proxy_prompts(tokenizer, ServingEngine.VLLM, [c], choice)[0]
+            assert vllm == render_prompt_ids(tokenizer, ServingEngine.VLLM, c.messages, c.tools, choice)
+            assert vllm == render_prompt_ids(tokenizer, ServingEngine.VLLM, c.messages, c.tools, "auto")
 
 
 @pytest.mark.slow

@@ -7,6 +7,11 @@ or vLLM's own chat server builds for the same request (`serving_render`). Three 
 1. `install_proxy_rendering` points that one name at `ServingTemplate`, which hands the template the
    messages and tools as the serving engine's server would (`serving_render.template_inputs`). It checks
    that the name is still AReaL's `hf_utils.apply_chat_template` first, so another AReaL fails loudly.
+   The request's `tool_choice` changes the served prompt too (SGLang renders no tools for `none` and only
+   the named one for a named choice), but AReaL's `AsyncCompletionsWithReward.create` keeps it to itself
+   and calls the template without it: `install_proxy_rendering` also wraps that `create` so that the
+   request's `tool_choice` is in `REQUEST_TOOL_CHOICE` (a context variable, so concurrent requests each
+   see their own) while it runs, where `ServingTemplate` reads it.
 2. The rollout engines `ServingSGLangEngine` / `ServingvLLMEngine` call it when they are created. AReaL's
    proxy process creates the rollout engine class it is given by import path, so this runs inside the
    proxy, where the template is applied; the engine reads the serving engine from `SERVING_ENGINE_ENV`.
@@ -20,6 +25,9 @@ the policy version that served it, so a check can compare it with the live serve
 
 from __future__ import annotations
 
+import contextvars
+import functools
+import inspect
 import json
 import logging
 import os
@@ -60,6 +68,52 @@ def serving_engine_name(configured: str, rollout_backend: str) -> str:
     return rollout_backend if configured == "auto" else configured
 
 
+REQUEST_TOOL_CHOICE: contextvars.ContextVar[Any] = contextvars.ContextVar("tau2_request_tool_choice",
+                                                                          default="auto")
+"""The `tool_choice` of the chat request whose prompt is being rendered (`auto` when it gave none)."""
+TOOL_CHOICE_WRAPPER = "_tau2_keeps_tool_choice"
+"""Marks the wrapped `create`, so that installing twice never wraps it twice."""
+
+
+def _tool_choice_value(tool_choice: Any) -> Any:
+    """The request's `tool_choice`, `auto` when omitted (the OpenAI SDK's `NOT_GIVEN`, or None)."""
+    from openai import NotGiven
+
+    return "auto" if tool_choice is None or isinstance(tool_choice, NotGiven) else tool_choice
+
+
+def keeping_tool_choice(create: Any) -> Any:
+    """AReaL's `create`, with the request's `tool_choice` in `REQUEST_TOOL_CHOICE` while it runs.
+
+    `functools.wraps` keeps its signature visible, which AReaL's proxy reads to pick the arguments it passes.
+    """
+
+    @functools.wraps(create)
+    async def create_keeping_tool_choice(self: Any, *args: Any, **kwargs: Any) -> Any:
+        token = REQUEST_TOOL_CHOICE.set(_tool_choice_value(kwargs.get("tool_choice")))
+        try:
+            return await create(self, *args, **kwargs)
+        finally:
+            REQUEST_TOOL_CHOICE.reset(token)
+
+    setattr(create_keeping_tool_choice, TOOL_CHOICE_WRAPPER, True)
+    return create_keeping_tool_choice
+
+
+def _areal_create(completions: type) -> Any:
+    """AReaL's own `AsyncCompletionsWithReward.create` (unwrapped), checked to be the one audited."""
+    create = completions.__dict__.get("create")
+    original = getattr(create, "__wrapped__", None) if getattr(create, TOOL_CHOICE_WRAPPER, False) else create
+    audited = (inspect.iscoroutinefunction(original)
+               and getattr(original, "__qualname__", "") == "AsyncCompletionsWithReward.create"
+               and "tool_choice" in inspect.signature(original).parameters)
+    if not audited:
+        raise UnsupportedVersion(
+            "areal.experimental.openai.client.AsyncCompletionsWithReward.create is no longer the coroutine "
+            "taking `tool_choice` that examples/tau2/compat/areal_serving.py wraps: audit it for this AReaL")
+    return original
+
+
 class RequestRecorder:
     """Appends each rendered request to one JSONL file per process (the proxy's)."""
 
@@ -69,16 +123,17 @@ class RequestRecorder:
         self.engine = engine
         self._lock = threading.Lock()
 
-    def write(self, messages: Any, tools: Any, prompt_ids: list[int]) -> None:
+    def write(self, messages: Any, tools: Any, prompt_ids: list[int], tool_choice: Any = "auto") -> None:
         version = self.engine.get_version() if self.engine is not None else -1
         line = json.dumps({"version": version, "messages": messages, "tools": tools,
-                           "prompt_ids": list(prompt_ids)})
+                           "tool_choice": tool_choice, "prompt_ids": list(prompt_ids)})
         with self._lock, self.path.open("a", encoding="utf-8") as f:
             f.write(line + "\n")
 
 
 class ServingTemplate:
-    """AReaL's `apply_chat_template`, fed the messages and tools as `engine`'s server builds them."""
+    """AReaL's `apply_chat_template`, fed the messages and tools as `engine`'s server builds them for the
+    request's `tool_choice`."""
 
     def __init__(self, engine: ServingEngine | None, original: Any, recorder: RequestRecorder | None):
         self.engine = engine
@@ -87,11 +142,12 @@ class ServingTemplate:
 
     def __call__(self, tokenizer: Any, messages: list[dict[str, Any]], *, tools: Any = None,
                  **kwargs: Any) -> Any:
-        rendered_messages, rendered_tools = (
-            (messages, tools) if self.engine is None else template_inputs(self.engine, messages, tools))
+        tool_choice = REQUEST_TOOL_CHOICE.get()
+        rendered_messages, rendered_tools = ((messages, tools) if self.engine is None else
+                                             template_inputs(self.engine, messages, tools, tool_choice))
         result = self.original(tokenizer, rendered_messages, tools=rendered_tools, **kwargs)
         if self.recorder is not None and kwargs.get("tokenize", True):
-            self.recorder.write(messages, tools, result)
+            self.recorder.write(messages, tools, result, tool_choice)
         return result
 
 
@@ -110,11 +166,15 @@ def install_proxy_rendering(engine: ServingEngine | None, record_dir: str | None
         raise UnsupportedVersion(
             "areal.experimental.openai.client.apply_chat_template is no longer areal.utils.hf_utils."
             "apply_chat_template: audit examples/tau2/compat/areal_serving.py for this AReaL")
+    completions = client.AsyncCompletionsWithReward
+    create = _areal_create(completions)
     recorder = RequestRecorder(record_dir, rollout_engine) if record_dir else None
     if engine is None and recorder is None:
         client.apply_chat_template = hf_utils.apply_chat_template
+        completions.create = create
     else:
         client.apply_chat_template = ServingTemplate(engine, hf_utils.apply_chat_template, recorder)
+        completions.create = keeping_tool_choice(create)
 
 
 def install_from_env(rollout_engine: Any) -> None:

