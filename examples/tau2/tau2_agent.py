@@ -386,6 +386,8 @@ def _score_episode(episode: _Episode, cfg: Tau2EnvConfig, simulation: Simulation
         wall_s=time.perf_counter() - episode.start,
         eval_s=eval_s,
         messages=[m.model_dump(mode="json", exclude={"raw_data"}) for m in simulation.messages],
+        tau2_run=simulation.model_copy(update={"reward_info": reward_info}).model_dump(
+            mode="json", exclude={"messages"}),
         note="; ".join(n for n in (ended.detail if ended else "", eval_note) if n),
         agent_view=agent_view(episode.orchestrator.agent, simulation.messages),
     )

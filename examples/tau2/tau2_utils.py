@@ -264,6 +264,9 @@ class EpisodeResult:
     dump_error: str = ""
     """Why writing the episode's dump failed ("" if it did not, or no dump was asked for): logged and
     counted as `tau2/dump_failed`; the episode is kept."""
+    tau2_run: dict[str, Any] = field(default_factory=dict)
+    """tau2's own `SimulationRun` of the episode, its `reward_info` set and its `messages` left out (they are
+    `messages` above), as JSON: what `eval.tau2_results` rebuilds tau2's results files from."""
     agent_view: dict[str, Any] = field(default_factory=dict)
     """What the policy saw besides `messages` (`tau2_agent.agent_view`): fingerprints of its system
     prompt and tool schemas, the tool names, and which messages it generated. SFT export

