@@ -56,7 +56,8 @@ def test_tau2s_loader_and_pass_hat_k_agree_with_ours(airline_run):
     assert sorted((s.task_id, s.trial, s.reward_info.reward) for s in results.simulations) == sorted(
         (t["task_id"], t["trial"], t["tau2_reward"]) for t in scored)
     assert results.info.git_commit == "tau2 1.0.1"
-    ours = json.loads((airline_run / "results.json").read_text())["report"]["domains"]["airline"]["pass_hat_k"]
+    report = json.loads((airline_run / "results.json").read_text())["report"]
+    ours = report["domains"]["airline"]["pass_hat_k"]
     assert compute_metrics(results).pass_hat_ks == pytest.approx({int(k): v for k, v in ours.items()})
     assert 0 < ours["1"] < 1
 
@@ -105,7 +106,8 @@ def test_the_leaderboard_preset_prepares_a_submission_tau2_accepts(endpoint_serv
     (["--invalid-format-penalty", "0.1"], "invalid_format_penalty=0.1 shapes it"),
     ([], "needs an NL-assertion judge"),  # the full protocol grades retail with a judge
 ])
-def test_the_preset_refuses_what_the_benchmark_would_not_accept(endpoint_server, tmp_path, capsys, extra, says):
+def test_the_preset_refuses_what_the_benchmark_would_not_accept(endpoint_server, tmp_path, capsys, extra,
+                                                               says):
     out = tmp_path / "refused"
     with pytest.raises(SystemExit) as exit_info:
         main([*endpoint_args(endpoint_server, out, "oracle"), "--leaderboard", "--contact-email", "a@b.org",

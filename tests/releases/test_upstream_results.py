@@ -17,7 +17,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _run_on_upstream(selection: str) -> str:
-    """How many of on_upstream_results.py's tests matching `-k selection` passed under tau2 1.0.1 (all must)."""
+    """How many of on_upstream_results.py's tests matching `-k selection` passed under tau2 1.0.1 (all
+    must)."""
     env = overlay_env(source_tree(VENDORED_ARCHIVE))
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", selection,
            "tests/releases/on_upstream_results.py"]
