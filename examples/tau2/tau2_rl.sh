@@ -26,7 +26,12 @@ commands:
                                   the cluster path on, e.g. 'smoke scheduler.type=slurm' (TRAINING.md)
   dry-run [OVERRIDES...]          resolve and check the whole run, print the plan; starts nothing
   user-server start|stop|status   self-hosted SGLang user simulator on TAU2_USER_GPUS (start waits for health)
-  eval [ARGS...]                  python -m examples.tau2.eval.evaluate ARGS...
+  eval [ARGS...]                  python -m examples.tau2.eval.evaluate ARGS... (also writes tau2's own results
+                                  files, <output-dir>/tau2_results/: tau2 view, evaluate-trajs, submit read them)
+  eval --leaderboard --policy-base-url URL --policy-model NAME --user-model NAME --user-base-url URL
+       --judge-base-url URL --judge-model NAME --contact-email EMAIL --organization ORG --output-dir DIR
+                                  the tau2-bench leaderboard's protocol (tau2 1.0.x, base split of airline, retail,
+                                  telecom, 4 trials, tau2's own reward), then tau2 submit prepare + validate
   compare aggregate|compare ARGS  python -m examples.tau2.eval.compare ARGS... (mean ± sd over runs; A vs B with intervals)
   parity [ARGS...]                train/serve prompt parity on recorded tau2 conversations: AReaL's proxy vs
                                   SGLang's rendering and a live vLLM server (--vllm-url URL --tokenizer MODEL_DIR);
