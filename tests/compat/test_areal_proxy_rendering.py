@@ -4,8 +4,8 @@ The proxy's `/chat/completions` takes the body as the OpenAI SDK's `CompletionCr
 validates it with pydantic), which rebuilds each tool dict in the TypedDict's field order: `function`
 before `type`. The chat template writes each tool with `tojson`, so the prompt the trainer sees differs
 from the one vLLM's OpenAI server (and the Hugging Face template on the request as sent) renders: the
-train/evaluation skew measured in examples/tau2/docs/learn/README.md ("Training sees another prompt than
-evaluation"). If this test fails, the skew has gone or changed: measure again and update that README.
+train/evaluation skew measured in examples/tau2/docs/learn/README.md ("Training sees the prompt evaluation
+shows"). If this test fails, the skew has gone or changed: measure again and update that README.
 """
 
 from __future__ import annotations

@@ -66,7 +66,7 @@ class TinyModelRecipe:
     warmup_other_actions: int = 0
     """Per task, also imitate this many *other* tasks' first replies (seeded choice) at its first turn,
     each as often as its own: a start that writes every action of the domain well but does not know
-    which one a request needs, which only the reward can teach (run G of docs/learn/README.md)."""
+    which one a request needs, which only the reward can teach ("Mixed actions" in docs/learn/README.md)."""
 
     def __post_init__(self) -> None:
         errors = self.validate()
