@@ -92,7 +92,7 @@ python_bin() {
 
 # Training and serving need CUDA torch and SGLang's kernels; the CPU venv from install.sh has neither.
 require_gpu_python() {
-  "$1" - <<'PY' || die "$1 cannot run SGLang on a GPU; set TAU2_PYTHON to a GPU environment (TRAINING.md, 'Install on GPU nodes')"
+  "$1" - <<'PY' || die "$1 cannot run SGLang on a GPU; set TAU2_PYTHON to a GPU environment (TRAINING.md, 'Install')"
 import importlib.util, sys
 import torch
 sys.exit(0 if torch.cuda.is_available() and importlib.util.find_spec("sgl_kernel") else 1)

@@ -15,7 +15,8 @@ stops a run that can no longer train (3, 4):
    run again (`training.recover.trim_stats`), so each step is logged exactly once.
 3. **A dead inference server stops the run.** AReaL 1.0.4 does not watch its SGLang/vLLM servers: when
    one dies, every episode is rejected (`policy_endpoint`), the rollout draws new groups forever and the
-   run stalls while its log grows by megabytes a minute (measured on CPU: TRAINING.md "When things fail").
+   run stalls while its log grows by megabytes a minute (measured on CPU: bench/RESULTS.md, "Failures
+   during the smoke run").
    `ServerWatchdog` connects to each server every few seconds during `train`; after
    `server_dead_after_s` of refused connections it stops the run with `InferenceServerDied`, naming the
    server, so the rerun (which resumes) can start a fresh one. If that interrupt does not end the run
