@@ -43,11 +43,29 @@ def test_dry_run_default_config(capsys, tmp_path, endpoint):
         "  steps           2 per epoch x 50 epochs = 100",
         "  batch           8 tasks x 8 samples = 64 episodes per step",
         "  group filter    drop groups whose rows all carry one reward",
+        "  validation      after every 5 epoch(s) = every 10 steps: 20 tasks x 1 sample(s)",
         "no problems found",
     ]
     for line in expected:
         assert line in lines, (line, out)
     assert not (tmp_path / "fileroot").exists()  # a dry run starts and creates nothing
+
+
+def test_dry_run_states_validation_in_steps(capsys, tmp_path, endpoint):
+    """The evaluator counts epochs; the plan turns them into steps the way AReaL's dataloader counts
+    them (23 airline rows: 2 steps of 8 with drop_last, 3 without), so no comment has to."""
+    rc, out = dry_run(capsys, *clean_overrides(tmp_path, endpoint.url), "train_dataset.drop_last=false",
+                      "evaluator.freq_epochs=2", "++evaluator.freq_steps=4",
+                      "++evaluator.eval_before_train=true", "eval_gconfig.n_samples=2")
+    assert rc == 0, out
+    lines = out.splitlines()
+    assert "  steps           3 per epoch x 50 epochs = 150" in lines, out
+    assert ("  validation      before training, then after every 2 epoch(s) = every 6 steps or every 4 "
+            "steps: 20 tasks x 2 sample(s)") in lines, out
+    rc, out = dry_run(capsys, *clean_overrides(tmp_path, endpoint.url), "valid_dataset=null",
+                      "econfig.valid_split=null")
+    assert rc == 0, out
+    assert "  validation      off (valid_dataset: null)" in out.splitlines()
 
 
 def test_dry_run_of_the_seeds_allocation_on_16_gpus(capsys, tmp_path, endpoint):
