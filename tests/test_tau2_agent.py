@@ -336,6 +336,13 @@ def test_a_misused_think_call_is_an_invalid_call_answered_with_an_error(endpoint
     assert error in answers
 
 
+def test_the_format_penalty_is_subtracted_once_per_episode_not_per_malformed_turn(endpoint):
+    r = run_one(make_workflow(endpoint, "think:extra", enable_think_tool=True, invalid_format_penalty=0.25),
+                endpoint, "airline", "7")
+    assert r.num_invalid_tool_calls >= 2, r.num_invalid_tool_calls  # one misused think call per turn
+    assert r.tau2_reward == 1.0 and r.reward == 0.75
+
+
 def test_a_think_call_whose_arguments_are_not_an_object_ends_the_episode(endpoint):
     r = run_one(make_workflow(endpoint, "think:array", enable_think_tool=True, invalid_format_penalty=0.25),
                 endpoint, "airline", "7")

@@ -127,7 +127,8 @@ class Tau2EnvConfig:
     message and counts as an invalid tool call."""
 
     invalid_format_penalty: float = 0.0
-    """Subtracted from the reward when the policy emitted any invalid tool call or invalid turn."""
+    """Subtracted from the reward, once per episode, when the policy emitted any invalid tool call or
+    invalid turn."""
     partial_credit_alpha: float = 0.0
     """reward = (1-a) * tau2_reward + a * mean(tau2 reward breakdown). 0 keeps tau2's exact reward."""
 
