@@ -163,8 +163,9 @@ def test_train_call_uses_import_strings_the_workers_can_rebuild():
     train, evaluation = call["workflow_kwargs"], call["eval_workflow_kwargs"]
     assert (train["temperature"], train["top_p"]) == (1.0, 1.0)
     assert (evaluation["temperature"], evaluation["top_p"]) == (0.6, 0.95)  # eval_gconfig
+    assert evaluation["max_completion_tokens"] == config.eval_gconfig.max_new_tokens == 2048
     assert evaluation["dump_dir"] == os.path.join(train["dump_dir"], "eval")
-    own = ("temperature", "top_p", "dump_dir", "group_size", "reward_baseline")
+    own = ("temperature", "top_p", "max_completion_tokens", "dump_dir", "group_size", "reward_baseline")
     assert {k: v for k, v in train.items() if k not in own} == {
         k: v for k, v in evaluation.items() if k not in own}
     assert train["group_size"] == config.gconfig.n_samples
@@ -176,6 +177,12 @@ def test_train_call_uses_import_strings_the_workers_can_rebuild():
     assert centered["eval_workflow_kwargs"]["reward_baseline"] == "none"
     assert Tau2AgentWorkflow(**centered["workflow_kwargs"])._baseline.group_size == config.gconfig.n_samples
     assert Tau2AgentWorkflow(**evaluation).config.temperature == 0.6
+
+    # Each of eval_gconfig's settings reaches the validation episodes, max_new_tokens too.
+    longer = train_call(load("econfig.user_base_url=http://127.0.0.1:9/v1", "econfig.user_model=user",
+                             "eval_gconfig.max_new_tokens=4096").config, with_validation=True)
+    assert longer["workflow_kwargs"]["max_completion_tokens"] == 2048
+    assert Tau2AgentWorkflow(**longer["eval_workflow_kwargs"]).config.max_completion_tokens == 4096
 
     plain = train_call(load("econfig.user_base_url=http://127.0.0.1:9/v1", "econfig.user_model=user",
                             "econfig.drop_uniform_groups=false").config, with_validation=False)

@@ -136,6 +136,7 @@ def test_each_problem_is_one_sentence(clean, overrides, fragment):
     (["gconfig.temperature=-1"], "gconfig.temperature=-1 must be above 0"),
     (["gconfig.temperature=0"], "gconfig.temperature=0 must be above 0"),
     (["eval_gconfig.temperature=-0.5"], "eval_gconfig.temperature=-0.5 must be 0 (greedy) or more"),
+    (["eval_gconfig.max_new_tokens=0"], "eval_gconfig.max_new_tokens=0 must be at least 1"),
     (["actor.path=/nonexistent/model"], "actor.path=/nonexistent/model does not exist on this machine"),
     (["actor.path=./no/such/checkpoint"], "actor.path=./no/such/checkpoint does not exist on this machine"),
     (["actor.path="], "actor.path must be set: a local checkpoint directory or a Hugging Face hub id"),

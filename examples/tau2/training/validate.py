@@ -378,6 +378,8 @@ def check_values(config: Tau2PPOConfig) -> list[str]:
         counts["valid_dataset.batch_size"] = config.valid_dataset.batch_size
     if config.total_train_steps is not None:
         counts["total_train_steps"] = config.total_train_steps
+    if config.eval_gconfig.max_new_tokens != config.gconfig.max_new_tokens:  # else it follows gconfig's
+        counts["eval_gconfig.max_new_tokens"] = config.eval_gconfig.max_new_tokens
     errors += [f"{name}={value} must be at least 1" for name, value in counts.items() if value < 1]
     for name, temperature in (("gconfig.temperature", config.gconfig.temperature),
                               ("actor.temperature", config.actor.temperature)):
