@@ -201,10 +201,10 @@ class Tau2EnvConfig:
 
     @classmethod
     def from_kwargs(cls, kwargs: dict[str, Any]) -> Tau2EnvConfig:
-        """Build from workflow kwargs and validate; unknown keys and every problem are named.
+        """Build from workflow kwargs and validate: raises ValueError naming unknown keys or every problem.
 
-        Construction itself never raises: the training entry builds the config from YAML first and
-        then reports all problems of the run together (`training.validate`).
+        The dataclass constructor does not validate, so the training entry can build the config from
+        YAML first and then report all problems of the run together (`training.validate`).
         """
         names = {f.name for f in dataclasses.fields(Tau2EnvConfig)}
         unknown = sorted(set(kwargs) - names)
