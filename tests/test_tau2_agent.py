@@ -238,6 +238,18 @@ def test_user_simulator_empty_replies_are_rejected(endpoint):
     assert err.reason is RejectReason.USER_INVALID_OUTPUT
 
 
+@pytest.mark.parametrize("retries", [1, 2])
+def test_a_user_turn_sends_at_most_retries_plus_one_squared_requests(endpoint, retries):
+    """An unusable user reply is asked for again `llm_retries` times, each ask with its own HTTP retries
+    (the bound documented on `Tau2EnvConfig.llm_retries` and in docs/episode.md)."""
+    model = f"user-flakyempty{retries}"  # every ask fails `retries` times, then replies with nothing
+    before = endpoint.endpoint.requests[model]
+    err = _rejection(make_workflow(endpoint, "oracle", user_model=model, llm_retries=retries,
+                                   retry_backoff_s=0.0), endpoint)
+    assert err.reason is RejectReason.USER_INVALID_OUTPUT
+    assert endpoint.endpoint.requests[model] - before == (retries + 1) ** 2
+
+
 def test_user_transient_failures_recover(endpoint):
     r = run_one(make_workflow(endpoint, "oracle", user_model="user-flaky2", llm_retries=2),
                 endpoint, "airline", "7")

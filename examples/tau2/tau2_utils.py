@@ -142,9 +142,12 @@ class Tau2EnvConfig:
     """Wall-clock budget of one episode from when a thread picks it up (waiting for a thread does not
     count); past it the episode is rejected (never scored)."""
     request_timeout_s: float = 300.0
-    """Timeout of one LLM request (policy or user)."""
+    """Timeout of one LLM request: to the policy, the user simulator or the judge."""
     llm_retries: int = 3
-    """Retries of a failed LLM request (5xx, 429, timeout, refused), with exponential backoff."""
+    """Retries of a failed LLM request (5xx, 429, timeout, refused), with exponential backoff; for the
+    policy, the user simulator and the judge alike. The user simulator is also asked again, up to
+    `llm_retries` times, when its reply is unusable (`user_invalid_output`), and each ask has its own
+    HTTP retries: one user turn sends at most `(llm_retries + 1) ** 2` requests (16 at 3)."""
     retry_backoff_s: float = 1.0
     """First backoff; doubles per retry (capped at 30 s)."""
     max_concurrent_episodes: int = 32
