@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -66,3 +68,21 @@ def test_the_group_fault_table_is_the_rendering_of_group_faults_json(monkeypatch
     groups = cells[0].episodes // 8
     results = (ROOT / "bench" / "RESULTS.md").read_text()
     assert bench.table(cells, groups) in results
+
+
+def test_every_section_of_bench_results_that_is_named_exists():
+    """A measured figure lives in bench/RESULTS.md once; other pages name its section, which must be there
+    (a section renamed or a figure removed without its references fails here)."""
+    headings = [line[3:].strip() for line in (ROOT / "bench" / "RESULTS.md").read_text().splitlines()
+                if line.startswith("## ")]
+    tracked = subprocess.run(["git", "ls-files", "*.md", "*.yaml", "*.py"], cwd=ROOT, capture_output=True,
+                             text=True, check=True).stdout.split()
+    reference = re.compile(r"RESULTS\.md(?:\]\([^)]*\))?,\s*[\"']([^\"']+)[\"']")
+    named = {}
+    for rel in tracked:
+        text = " ".join((ROOT / rel).read_text(encoding="utf-8").replace("#", " ").split())
+        for name in reference.findall(text):
+            named.setdefault(name, rel)
+    assert "Prefix-shared (tree) training on one H100" in named  # TRAINING.md's link to the H100 figures
+    missing = {name: rel for name, rel in named.items() if not any(h.startswith(name) for h in headings)}
+    assert not missing, missing

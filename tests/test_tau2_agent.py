@@ -238,6 +238,18 @@ def test_user_simulator_empty_replies_are_rejected(endpoint):
     assert err.reason is RejectReason.USER_INVALID_OUTPUT
 
 
+@pytest.mark.parametrize("retries", [1, 2])
+def test_a_user_turn_sends_at_most_retries_plus_one_squared_requests(endpoint, retries):
+    """An unusable user reply is asked for again `llm_retries` times, each ask with its own HTTP retries
+    (the bound documented on `Tau2EnvConfig.llm_retries` and in docs/episode.md)."""
+    model = f"user-flakyempty{retries}"  # every ask fails `retries` times, then replies with nothing
+    before = endpoint.endpoint.requests[model]
+    err = _rejection(make_workflow(endpoint, "oracle", user_model=model, llm_retries=retries,
+                                   retry_backoff_s=0.0), endpoint)
+    assert err.reason is RejectReason.USER_INVALID_OUTPUT
+    assert endpoint.endpoint.requests[model] - before == (retries + 1) ** 2
+
+
 def test_user_transient_failures_recover(endpoint):
     r = run_one(make_workflow(endpoint, "oracle", user_model="user-flaky2", llm_retries=2),
                 endpoint, "airline", "7")
@@ -334,6 +346,13 @@ def test_a_misused_think_call_is_an_invalid_call_answered_with_an_error(endpoint
     episode = [q for q in endpoint.endpoint.recent if q.model == f"think:{misuse}"]
     answers = [m["content"] for q in episode for m in q.body["messages"] if m["role"] == "tool"]
     assert error in answers
+
+
+def test_the_format_penalty_is_subtracted_once_per_episode_not_per_malformed_turn(endpoint):
+    r = run_one(make_workflow(endpoint, "think:extra", enable_think_tool=True, invalid_format_penalty=0.25),
+                endpoint, "airline", "7")
+    assert r.num_invalid_tool_calls >= 2, r.num_invalid_tool_calls  # one misused think call per turn
+    assert r.tau2_reward == 1.0 and r.reward == 0.75
 
 
 def test_a_think_call_whose_arguments_are_not_an_object_ends_the_episode(endpoint):

@@ -43,11 +43,29 @@ def test_dry_run_default_config(capsys, tmp_path, endpoint):
         "  steps           2 per epoch x 50 epochs = 100",
         "  batch           8 tasks x 8 samples = 64 episodes per step",
         "  group filter    drop groups whose rows all carry one reward",
+        "  validation      after every 5 epoch(s) = every 10 steps: 20 tasks x 1 sample(s)",
         "no problems found",
     ]
     for line in expected:
         assert line in lines, (line, out)
     assert not (tmp_path / "fileroot").exists()  # a dry run starts and creates nothing
+
+
+def test_dry_run_states_validation_in_steps(capsys, tmp_path, endpoint):
+    """The evaluator counts epochs; the plan turns them into steps the way AReaL's dataloader counts
+    them (23 airline rows: 2 steps of 8 with drop_last, 3 without), so no comment has to."""
+    rc, out = dry_run(capsys, *clean_overrides(tmp_path, endpoint.url), "train_dataset.drop_last=false",
+                      "evaluator.freq_epochs=2", "++evaluator.freq_steps=4",
+                      "++evaluator.eval_before_train=true", "eval_gconfig.n_samples=2")
+    assert rc == 0, out
+    lines = out.splitlines()
+    assert "  steps           3 per epoch x 50 epochs = 150" in lines, out
+    assert ("  validation      before training, then after every 2 epoch(s) = every 6 steps or every 4 "
+            "steps: 20 tasks x 2 sample(s)") in lines, out
+    rc, out = dry_run(capsys, *clean_overrides(tmp_path, endpoint.url), "valid_dataset=null",
+                      "econfig.valid_split=null")
+    assert rc == 0, out
+    assert "  validation      off (valid_dataset: null)" in out.splitlines()
 
 
 def test_dry_run_of_the_seeds_allocation_on_16_gpus(capsys, tmp_path, endpoint):
@@ -145,8 +163,9 @@ def test_train_call_uses_import_strings_the_workers_can_rebuild():
     train, evaluation = call["workflow_kwargs"], call["eval_workflow_kwargs"]
     assert (train["temperature"], train["top_p"]) == (1.0, 1.0)
     assert (evaluation["temperature"], evaluation["top_p"]) == (0.6, 0.95)  # eval_gconfig
+    assert evaluation["max_completion_tokens"] == config.eval_gconfig.max_new_tokens == 2048
     assert evaluation["dump_dir"] == os.path.join(train["dump_dir"], "eval")
-    own = ("temperature", "top_p", "dump_dir", "group_size", "reward_baseline")
+    own = ("temperature", "top_p", "max_completion_tokens", "dump_dir", "group_size", "reward_baseline")
     assert {k: v for k, v in train.items() if k not in own} == {
         k: v for k, v in evaluation.items() if k not in own}
     assert train["group_size"] == config.gconfig.n_samples
@@ -158,6 +177,12 @@ def test_train_call_uses_import_strings_the_workers_can_rebuild():
     assert centered["eval_workflow_kwargs"]["reward_baseline"] == "none"
     assert Tau2AgentWorkflow(**centered["workflow_kwargs"])._baseline.group_size == config.gconfig.n_samples
     assert Tau2AgentWorkflow(**evaluation).config.temperature == 0.6
+
+    # Each of eval_gconfig's settings reaches the validation episodes, max_new_tokens too.
+    longer = train_call(load("econfig.user_base_url=http://127.0.0.1:9/v1", "econfig.user_model=user",
+                             "eval_gconfig.max_new_tokens=4096").config, with_validation=True)
+    assert longer["workflow_kwargs"]["max_completion_tokens"] == 2048
+    assert Tau2AgentWorkflow(**longer["eval_workflow_kwargs"]).config.max_completion_tokens == 4096
 
     plain = train_call(load("econfig.user_base_url=http://127.0.0.1:9/v1", "econfig.user_model=user",
                             "econfig.drop_uniform_groups=false").config, with_validation=False)

@@ -23,7 +23,7 @@ OK = dict(user_base_url="http://127.0.0.1:1/v1", user_model="u")
     ({"tau2_log_level": "LOUD"}, "is not a loguru level"),
 ])
 def test_each_invalid_setting_is_named(overrides, message):
-    cfg = Tau2EnvConfig(**{**OK, **overrides})  # construction never raises: all problems are listed
+    cfg = Tau2EnvConfig(**{**OK, **overrides})  # the constructor does not validate: validate() lists all
     assert any(message in e for e in cfg.validate())
     with pytest.raises(ValueError) as info:
         Tau2EnvConfig.from_kwargs({**OK, **overrides})

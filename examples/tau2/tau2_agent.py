@@ -133,9 +133,7 @@ class Tau2AgentWorkflow:
             if self._baseline is None:
                 return result.reward
             reported = True
-            centered = await self._baseline.center(data, result.reward)
-            assert centered is not None
-            return centered
+            return await self._baseline.center(data, result.reward)  # a float reward gets a float back
         except BaseException:
             if self._baseline is not None and not reported:
                 self._baseline.leave(data)  # the group's other episodes must not wait for this one

@@ -138,11 +138,14 @@ def train_call(config: Tau2PPOConfig, with_validation: bool) -> dict[str, Any]:
 
 
 def workflow_kwargs(config: Tau2PPOConfig) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Kwargs of the training and of the evaluation workflow (eval: eval_gconfig's sampling)."""
+    """Kwargs of the training and of the evaluation workflow. Validation samples as `eval_gconfig` says:
+    its temperature, top_p, n_samples and max_new_tokens (the per-turn limit training takes from
+    `econfig.max_completion_tokens`)."""
     episode = config.econfig.episode_config()
     eval_gconfig = config.eval_gconfig or config.gconfig
     evaluation: Tau2EnvConfig = dataclasses.replace(
         episode, temperature=eval_gconfig.temperature, top_p=eval_gconfig.top_p,
+        max_completion_tokens=eval_gconfig.max_new_tokens,
         dump_dir=os.path.join(episode.dump_dir, "eval") if episode.dump_dir else "",
         reward_baseline="none", group_size=eval_gconfig.n_samples,  # validation reports raw rewards
     )

@@ -127,7 +127,8 @@ class Tau2EnvConfig:
     message and counts as an invalid tool call."""
 
     invalid_format_penalty: float = 0.0
-    """Subtracted from the reward when the policy emitted any invalid tool call or invalid turn."""
+    """Subtracted from the reward, once per episode, when the policy emitted any invalid tool call or
+    invalid turn."""
     partial_credit_alpha: float = 0.0
     """reward = (1-a) * tau2_reward + a * mean(tau2 reward breakdown). 0 keeps tau2's exact reward."""
 
@@ -141,9 +142,12 @@ class Tau2EnvConfig:
     """Wall-clock budget of one episode from when a thread picks it up (waiting for a thread does not
     count); past it the episode is rejected (never scored)."""
     request_timeout_s: float = 300.0
-    """Timeout of one LLM request (policy or user)."""
+    """Timeout of one LLM request: to the policy, the user simulator or the judge."""
     llm_retries: int = 3
-    """Retries of a failed LLM request (5xx, 429, timeout, refused), with exponential backoff."""
+    """Retries of a failed LLM request (5xx, 429, timeout, refused), with exponential backoff; for the
+    policy, the user simulator and the judge alike. The user simulator is also asked again, up to
+    `llm_retries` times, when its reply is unusable (`user_invalid_output`), and each ask has its own
+    HTTP retries: one user turn sends at most `(llm_retries + 1) ** 2` requests (16 at 3)."""
     retry_backoff_s: float = 1.0
     """First backoff; doubles per retry (capped at 30 s)."""
     max_concurrent_episodes: int = 32
@@ -200,10 +204,10 @@ class Tau2EnvConfig:
 
     @classmethod
     def from_kwargs(cls, kwargs: dict[str, Any]) -> Tau2EnvConfig:
-        """Build from workflow kwargs and validate; unknown keys and every problem are named.
+        """Build from workflow kwargs and validate: raises ValueError naming unknown keys or every problem.
 
-        Construction itself never raises: the training entry builds the config from YAML first and
-        then reports all problems of the run together (`training.validate`).
+        The dataclass constructor does not validate, so the training entry can build the config from
+        YAML first and then report all problems of the run together (`training.validate`).
         """
         names = {f.name for f in dataclasses.fields(Tau2EnvConfig)}
         unknown = sorted(set(kwargs) - names)

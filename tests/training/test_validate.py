@@ -136,6 +136,7 @@ def test_each_problem_is_one_sentence(clean, overrides, fragment):
     (["gconfig.temperature=-1"], "gconfig.temperature=-1 must be above 0"),
     (["gconfig.temperature=0"], "gconfig.temperature=0 must be above 0"),
     (["eval_gconfig.temperature=-0.5"], "eval_gconfig.temperature=-0.5 must be 0 (greedy) or more"),
+    (["eval_gconfig.max_new_tokens=0"], "eval_gconfig.max_new_tokens=0 must be at least 1"),
     (["actor.path=/nonexistent/model"], "actor.path=/nonexistent/model does not exist on this machine"),
     (["actor.path=./no/such/checkpoint"], "actor.path=./no/such/checkpoint does not exist on this machine"),
     (["actor.path="], "actor.path must be set: a local checkpoint directory or a Hugging Face hub id"),
@@ -404,7 +405,7 @@ def test_an_allocation_with_pipeline_parallelism_turns_the_default_prefix_sharin
     assert not loaded.config.actor.enable_tree_training
     assert len(loaded.notes) == 1
     assert loaded.notes[0].startswith("off: actor.backend=archon:d1p2 has pp=2, cp=1")
-    assert "5.4-7.3x slower ppo_update" in loaded.notes[0]
+    assert "ppo_update: bench/RESULTS.md, 'Prefix-shared (tree) training on one H100'" in loaded.notes[0]
     assert not [e for e in validate(loaded.config) if "tree" in e]
     # the effective argv carries the change, so that the run loads what was checked
     assert "++actor.enable_tree_training=false" in loaded.argv

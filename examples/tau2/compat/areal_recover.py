@@ -191,7 +191,7 @@ def exit_now(message: str) -> None:
 
 class ResumableTrainerMixin:
     """Put before AReaL's `PPOTrainer` (or a subclass): atomic recover saves, made after the stats commit,
-    and a run that stops when an inference server dies."""
+    and a run that stops when an inference server dies or (on SLURM) a worker job ends."""
 
     _deferred_recover_save: tuple[int, int, int] | None = None
     server_dead_after_s: float = 15.0
@@ -238,4 +238,5 @@ class ResumableTrainerMixin:
 def resumable_trainer_class(base: type) -> type:
     """`base` (AReaL's `PPOTrainer` or a subclass) with `ResumableTrainerMixin`."""
     return type(f"Resumable{base.__name__}", (ResumableTrainerMixin, base),
-                {"__doc__": f"{base.__name__} with atomic recover saves after the stats commit."})
+                {"__doc__": f"{base.__name__} with atomic recover saves after the stats commit, stopped "
+                            "when an inference server dies or a worker job ends."})

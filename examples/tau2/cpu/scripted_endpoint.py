@@ -39,6 +39,8 @@ User simulators:
                 simulator's system prompt), so a policy can tell tasks apart without an LLM user.
   user-error500 / user-flaky<N> / user-hang / user-empty / user-malformed[<N>]:<kind>
                 failure modes of the above.
+  user-flakyempty<N>  HTTP 503 on N requests, then an empty reply, over and over within an episode:
+                with `llm_retries` = N, every ask of a user turn succeeds on its last HTTP try.
 Outages of whole episodes, in front of any policy or user simulator above:
   faulty<P>:<model>     HTTP 503 on every request of about P per mille of episodes (chosen by a hash of
                         the episode's arrival order at this model name), `<model>` for the others.
@@ -361,6 +363,12 @@ class ScriptedEndpoint:
             if self._per_episode[(model, episode)] <= int(flaky.group(2)):
                 return web.json_response({"error": {"message": "flaky"}}, status=503)
             model = "user" if flaky.group(1) else "oracle"
+        flaky_empty = re.fullmatch(r"user-flakyempty(\d+)", model)
+        if flaky_empty:
+            self._per_episode[(model, episode)] += 1
+            if self._per_episode[(model, episode)] % (int(flaky_empty.group(1)) + 1):
+                return web.json_response({"error": {"message": "flaky"}}, status=503)
+            return web.json_response(_completion(model, content=""))
         malformed = re.fullmatch(r"(user-)?malformed(\d*):(\w+)", model)
         if malformed:
             self._per_episode[(model, episode)] += 1

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from typing import overload
 
 
 @dataclass
@@ -72,6 +73,12 @@ class GroupBaseline:
         """Report an episode of `owner`'s group that ends without a reward (rejected, failed, cancelled):
         it is left out of the mean, and the group settles without waiting for it. Never blocks."""
         self._report(owner, None)
+
+    @overload
+    async def center(self, owner: object, reward: float) -> float: ...
+
+    @overload
+    async def center(self, owner: object, reward: None) -> None: ...
 
     async def center(self, owner: object, reward: float | None) -> float | None:
         """`reward` minus its group's mean, once every episode of the group has reported.

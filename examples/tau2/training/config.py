@@ -323,8 +323,8 @@ def _tree_training_off(raw: DictConfig, overrides: list[str]) -> str:
         return ""
     return (f"off: actor.backend={actor.get('backend')} has pp={parallel.pp_size}, cp={parallel.cp_size}, "
             "and AReaL 1.0.4's tree training needs both 1; every PPO update then recomputes the prefixes the "
-            "rows share (5.4-7.3x slower ppo_update on one airline-shaped H100 step: bench/RESULTS.md, "
-            "'Prefix-shared (tree) training on CPU'); pp=1 and cp=1 keep it on")
+            "rows share (a several times slower ppo_update: "
+            "bench/RESULTS.md, 'Prefix-shared (tree) training on one H100'); pp=1 and cp=1 keep it on")
 
 
 def _check_consistent(mode: str, backends: EngineBackends, explicit: dict[str, str]) -> None:

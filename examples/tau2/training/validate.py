@@ -378,6 +378,8 @@ def check_values(config: Tau2PPOConfig) -> list[str]:
         counts["valid_dataset.batch_size"] = config.valid_dataset.batch_size
     if config.total_train_steps is not None:
         counts["total_train_steps"] = config.total_train_steps
+    if config.eval_gconfig.max_new_tokens != config.gconfig.max_new_tokens:  # else it follows gconfig's
+        counts["eval_gconfig.max_new_tokens"] = config.eval_gconfig.max_new_tokens
     errors += [f"{name}={value} must be at least 1" for name, value in counts.items() if value < 1]
     for name, temperature in (("gconfig.temperature", config.gconfig.temperature),
                               ("actor.temperature", config.actor.temperature)):
@@ -453,8 +455,7 @@ def check_lr_schedule(config: Tau2PPOConfig, train_rows: int | None) -> list[str
     optimizer, steps = config.actor.optimizer, config.total_train_steps
     if optimizer is None or optimizer.lr_scheduler_type == "constant" or not steps or not train_rows:
         return []
-    batch = config.train_dataset.batch_size
-    per_epoch = train_rows // batch if config.train_dataset.drop_last else math.ceil(train_rows / batch)
+    per_epoch = steps_per_epoch(config, train_rows)
     if per_epoch == 0:
         return []
     needed = math.ceil(steps / per_epoch)
@@ -549,6 +550,9 @@ class Plan:
     """Settings the loader changed on purpose (`LoadedConfig.notes`)."""
     slurm: tuple[str, ...] = ()
     """Under `scheduler.type=slurm`: each job's request, the workers' container mode, the nodes."""
+    steps_per_epoch: int | None = None
+    """As AReaL's dataloader counts them (`drop_last`); None when the data is unavailable."""
+    validation: str = ""
 
 
 def _describe_engine(u: EngineUse) -> str:
@@ -595,6 +599,35 @@ def _data_plan(config: Tau2PPOConfig) -> DataPlan | None:
                     left_out, valid_regraded)
 
 
+def steps_per_epoch(config: Tau2PPOConfig, train_rows: int) -> int:
+    """Training steps in one epoch of `train_rows` rows, as AReaL's dataloader makes them."""
+    batch = config.train_dataset.batch_size
+    if batch < 1:  # check_values
+        return 0
+    return train_rows // batch if config.train_dataset.drop_last else math.ceil(train_rows / batch)
+
+
+def describe_validation(config: Tau2PPOConfig, per_epoch: int | None, valid_rows: int | None) -> str:
+    """When validation runs, in steps: the evaluator counts epochs, which the config's comments cannot
+    turn into steps (that depends on the split's size and the batch size)."""
+    if config.valid_dataset is None:
+        return "off (valid_dataset: null)"
+    ev = config.evaluator
+    when = []  # AReaL's evaluator runs when any one of its frequencies is due
+    if ev.freq_epochs:
+        in_steps = f" = every {ev.freq_epochs * per_epoch} steps" if per_epoch else ""
+        when.append(f"after every {ev.freq_epochs} epoch(s){in_steps}")
+    if ev.freq_steps:
+        when.append(f"every {ev.freq_steps} steps")
+    if ev.freq_secs:
+        when.append(f"every {ev.freq_secs} s")
+    text = " or ".join(when) or "never (evaluator.freq_epochs, freq_steps and freq_secs are all unset)"
+    if ev.eval_before_train:
+        text = f"before training, then {text}"
+    tasks = f"{valid_rows} tasks" if valid_rows is not None else "the validation tasks"
+    return f"{text}: {tasks} x {config.eval_gconfig.n_samples} sample(s)"
+
+
 def build_plan(loaded: LoadedConfig) -> Plan:
     """The plan `--dry-run` prints (computed even when the config has problems)."""
     config = loaded.config
@@ -617,17 +650,21 @@ def build_plan(loaded: LoadedConfig) -> Plan:
              f"admin key {key}, prompts rendered as {rendering}'s server does (econfig.serving_engine)")
     group_filter = ("drop groups whose rows all carry one reward" if econfig.drop_uniform_groups
                     else "off (every group trains)")
+    data = _data_plan(config)
+    per_epoch = steps_per_epoch(config, sum(data.train_rows.values())) if data is not None else None
+    valid_rows = sum(data.valid_rows.values()) if data is not None else None
     return Plan(
         config_file=loaded.config_file, allocation=allocation, engines=engines,
         gpus_available=config.cluster.n_nodes * config.cluster.n_gpus_per_node,
         scheduler=str(config.scheduler.type), n_nodes=config.cluster.n_nodes,
-        model=_describe_model(config), user_simulator=user, proxy=proxy, data=_data_plan(config),
+        model=_describe_model(config), user_simulator=user, proxy=proxy, data=data,
         batch_tasks=config.train_dataset.batch_size, n_samples=config.gconfig.n_samples,
         epochs=config.total_train_epochs, group_filter=group_filter,
         curriculum=config.curriculum.describe(outcomes_dir(config)), tracking=describe_tracking(config),
         recover=describe_recover(config),
         notes=loaded.notes,
         slurm=tuple(describe_cluster(config)) if config.scheduler.type == "slurm" else (),
+        steps_per_epoch=per_epoch, validation=describe_validation(config, per_epoch, valid_rows),
     )
 
 
@@ -658,12 +695,13 @@ def format_plan(plan: Plan, errors: list[str]) -> str:
             flag = f" ({flagged} regraded)" if flagged else ""
             lines.append(row("data", f"{domain}: {rows} training rows ({tasks} tasks{out}), "
                                      f"{valid} validation rows{flag}"))
-        total = sum(plan.data.train_rows.values())
-        steps = total // plan.batch_tasks if plan.batch_tasks else 0
+        steps = plan.steps_per_epoch or 0
         lines.append(row("steps", f"{steps} per epoch x {plan.epochs} epochs = {steps * plan.epochs}"))
     lines.append(row("batch", f"{plan.batch_tasks} tasks x {plan.n_samples} samples = "
                               f"{plan.batch_tasks * plan.n_samples} episodes per step"))
     lines.append(row("group filter", plan.group_filter))
+    if plan.validation:
+        lines.append(row("validation", plan.validation))
     lines += [row(name, text) for name, text in (("curriculum", plan.curriculum), ("tracking", plan.tracking),
                                                  ("recover", plan.recover))
               if text]
