@@ -23,10 +23,11 @@ from typing import Any
 import pytest
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-# Each pytest process keeps its own record of the training runs alive (runtime/live_runs.py): the suite's
-# two groups of AReaL runs use different seeds, and a pre-flight check on another worker must not see them.
+# Each pytest process (every xdist worker: not inherited from the controller) keeps its own record of the
+# training runs alive (runtime/live_runs.py), which the runs it starts inherit: the suite's two groups of
+# AReaL runs use different seeds, and a pre-flight check on another worker must not see them.
 LIVE_RUNS_DIR = tempfile.mkdtemp(prefix="tau2-live-runs-")
-os.environ.setdefault("TAU2_LIVE_RUNS_DIR", LIVE_RUNS_DIR)
+os.environ["TAU2_LIVE_RUNS_DIR"] = LIVE_RUNS_DIR
 # A suite started in the background by a non-interactive shell (`nohup ... &`) inherits SIGINT ignored, and
 # so would every process it starts: the tests that interrupt a run (the server watchdog, eval.evaluate's
 # resume) need Ctrl-C to act as it does in a terminal.

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import asdict
+from pathlib import Path
 
 import psutil
 import pytest
@@ -69,3 +70,14 @@ def test_a_run_is_recorded_while_it_runs(runs_dir, tmp_path, endpoint):
         assert (run.seed, run.trial_name, run.fileroot) == (3, config.trial_name, config.cluster.fileroot)
         assert live_runs.seed_collision(config) == ""  # itself
     assert live_runs.live_runs() == [] and list(runs_dir.iterdir()) == []
+
+
+def test_each_pytest_process_records_its_own_runs():
+    """Under pytest-xdist the workers inherit the controller's environment: each must replace the folder,
+    or a smoke run on one worker fails another worker's pre-flight check of the same seed."""
+    import os
+
+    from tests.conftest import LIVE_RUNS_DIR
+
+    assert os.environ[live_runs.LIVE_RUNS_DIR_ENV] == LIVE_RUNS_DIR
+    assert live_runs.live_runs_dir() == Path(LIVE_RUNS_DIR)
