@@ -39,3 +39,27 @@ def write_model(directory: Path, **fields: Any) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "config.json").write_text(json.dumps({**QWEN3_1_7B, **fields}))
     return directory
+
+
+def trainer_without_areal_init(monkeypatch: Any, config: Any, **attributes: Any) -> Any:
+    """A `Tau2PPOTrainer` whose AReaL `PPOTrainer.__init__` (which would start a cluster) only sets a
+    recover handler and `attributes` (e.g. `rollout`, `scheduler`), so that the trainer's own overrides run
+    against AReaL's real class."""
+    from areal import PPOTrainer
+    from areal.api import FinetuneSpec
+    from areal.api.cli_args import RecoverConfig
+    from areal.utils.recover import RecoverHandler
+
+    from examples.tau2.training.trainer import Tau2PPOTrainer
+
+    def init(self: Any, config: Any, **_: Any) -> None:
+        self.config = config
+        self.recover_handler = RecoverHandler(
+            RecoverConfig(mode="auto", experiment_name="e", trial_name="t", fileroot="/x", freq_steps=1),
+            FinetuneSpec(total_train_epochs=1, dataset_size=4, train_batch_size=1))
+        self.scheduler = None
+        for name, value in attributes.items():
+            setattr(self, name, value)
+
+    monkeypatch.setattr(PPOTrainer, "__init__", init)
+    return Tau2PPOTrainer(config)

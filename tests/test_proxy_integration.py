@@ -1,7 +1,7 @@
 """Tau2AgentWorkflow through AReaL's real rollout path, on CPU, against a scripted SGLang server.
 
 The whole single-controller path that `PPOTrainer` uses for agent workflows runs here:
-LocalScheduler -> rpc_server worker process -> the training's rollout engine (`ServingSGLangEngine`) ->
+LocalScheduler -> rpc_server worker process -> the training's rollout engine (`Tau2SGLangEngine`) ->
 RolloutController.start_proxy() (AReaL forks its OpenAI-compatible proxy worker) ->
 rollout_batch(workflow=<import string>, group_size, should_accept_fn=<our filter>), set up by
 `cpu/scripted_sglang.py`. Only the model is fake: a small HTTP server that speaks
@@ -23,7 +23,6 @@ import pytest
 import torch
 from areal.infra.rpc.rtensor import RTensor
 
-from examples.tau2.compat.areal_serving import SERVING_ENGINE_ENV, ServingSGLangEngine
 from examples.tau2.cpu.scripted_endpoint import EndpointThread
 from examples.tau2.cpu.scripted_sglang import (
     CLOSING,
@@ -36,6 +35,8 @@ from examples.tau2.cpu.scripted_sglang import (
 )
 from examples.tau2.tau2_train import GROUP_FILTER, WORKFLOW
 from examples.tau2.training.group_filter import drop_uniform_groups
+from examples.tau2.training.served_prompt import SERVING_ENGINE_ENV
+from examples.tau2.training.trainer import Tau2SGLangEngine
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -62,7 +63,7 @@ def run_groups(tmp_path: Path, fake: ScriptedSGLang, user: EndpointThread, user_
         episode_timeout_s=120.0, request_timeout_s=60.0, llm_retries=1, retry_backoff_s=0.1,
         dump_dir=str(tmp_path / "dumps"),
     )
-    with rollout_controller(ServingSGLangEngine, config, fake, tmp_path) as controller:
+    with rollout_controller(Tau2SGLangEngine, config, fake, tmp_path) as controller:
         return [[RTensor.localize(r) for r in controller.rollout_batch(
             [TASK], workflow=WORKFLOW, workflow_kwargs={**workflow_kwargs, "user_model": user_model},
             should_accept_fn=group_filter, group_size=group_size)] for user_model in user_models]

@@ -71,31 +71,22 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(loaded: LoadedConfig) -> None:
-    """Train: PPOTrainer starts the servers, trainer ranks and proxies, and stops them on exit.
+    """Train: `Tau2PPOTrainer` (AReaL's `PPOTrainer` with the project's changes, `training/trainer.py`)
+    starts the servers, trainer ranks and proxies, and stops them on exit.
 
     A rerun of a killed run resumes from its saved state (`training.recover.prepare_resume`)."""
     from examples.tau2.runtime import live_runs
     from examples.tau2.training.recover import prepare_resume, reaper_running
     from examples.tau2.training.tracking import apply_tracking_env
+    from examples.tau2.training.trainer import Tau2PPOTrainer
 
     config, train, valid = prepare(loaded)
     apply_tracking_env(config)
     prepare_resume(config)
     # The reaper stops AReaL's workers if this process is killed (they would outlive it).
-    with live_runs.registered(config), reaper_running(config), trainer_class(config)(
+    with live_runs.registered(config), reaper_running(config), Tau2PPOTrainer(
             config, train_dataset=train, valid_dataset=valid) as trainer:
         trainer.train(**train_call(config, with_validation=valid is not None))
-
-
-def trainer_class(config: Tau2PPOConfig) -> type:
-    """AReaL's PPOTrainer whose proxy renders prompts as the serving engine does
-    (`compat/areal_serving.py`), with kill-safe recover saves (`compat/areal_recover.py`), and with the
-    curriculum on, its subclass whose training sampler follows it."""
-    from examples.tau2.compat.areal_recover import resumable_trainer_class
-    from examples.tau2.compat.areal_serving import ServingPPOTrainer
-
-    base = resumable_trainer_class(ServingPPOTrainer)
-    return tau2_curriculum.curriculum_trainer_class(base) if config.curriculum.enabled else base
 
 
 def prepare(loaded: LoadedConfig):

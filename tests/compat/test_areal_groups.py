@@ -18,16 +18,16 @@ from areal.engine.sglang_remote import RemoteSGLangEngine, SGLangBackend
 from areal.engine.vllm_remote import RemotevLLMEngine
 from areal.infra.remote_inf_engine import GroupedRolloutWorkflow
 
-from examples.tau2.compat.areal_cpu import CpuvLLMBackend, CpuvLLMEngine
 from examples.tau2.compat.areal_groups import (
     MIN_GROUP_EPISODES,
     DropRejectedProxyWorkflow,
-    PartialGroupInfEngine,
     PartialGroupWorkflow,
 )
-from examples.tau2.compat.areal_serving import SERVING_ENGINE_ENV, ServingSGLangEngine, ServingvLLMEngine
+from examples.tau2.cpu.trainer import CpuvLLMBackend, CpuvLLMEngine
 from examples.tau2.tau2_train import WORKFLOW
 from examples.tau2.tau2_utils import EpisodeRejected, RejectReason
+from examples.tau2.training.served_prompt import SERVING_ENGINE_ENV
+from examples.tau2.training.trainer import Tau2InfEngine, Tau2SGLangEngine, Tau2vLLMEngine
 
 LOG = logging.getLogger("test")
 
@@ -102,7 +102,7 @@ def _engine_config(mode: str = "inline") -> InferenceEngineConfig:
 
 
 def test_the_engine_builds_partial_groups_of_rejection_dropping_episodes():
-    engine = PartialGroupInfEngine(_engine_config(), SGLangBackend())
+    engine = Tau2InfEngine(_engine_config(), SGLangBackend())
     group = engine._resolve_workflow(WORKFLOW, AGENT_KWARGS, group_size=8, proxy_addr="http://127.0.0.1:1")
     assert type(group) is PartialGroupWorkflow and group.group_size == 8
     assert type(group.workflow) is DropRejectedProxyWorkflow and group.workflow.discount == 0.5
@@ -114,19 +114,19 @@ def test_the_engine_builds_partial_groups_of_rejection_dropping_episodes():
 
 
 def test_other_agent_modes_keep_areal_s_proxy_workflow():
-    engine = PartialGroupInfEngine(_engine_config("subproc"), SGLangBackend())
+    engine = Tau2InfEngine(_engine_config("subproc"), SGLangBackend())
     group = engine._resolve_workflow(WORKFLOW, AGENT_KWARGS, group_size=2, proxy_addr="http://127.0.0.1:1")
     assert type(group) is GroupedRolloutWorkflow and type(group.workflow) is not DropRejectedProxyWorkflow
 
 
 @pytest.mark.parametrize("engine_class,base,backend", [
-    (ServingSGLangEngine, RemoteSGLangEngine, SGLangBackend),
-    (ServingvLLMEngine, RemotevLLMEngine, None),
+    (Tau2SGLangEngine, RemoteSGLangEngine, SGLangBackend),
+    (Tau2vLLMEngine, RemotevLLMEngine, None),
     (CpuvLLMEngine, RemotevLLMEngine, CpuvLLMBackend),
 ])
 def test_the_training_rollout_engines_use_partial_groups(monkeypatch, engine_class, base, backend):
     monkeypatch.setenv(SERVING_ENGINE_ENV, "areal")
     engine = engine_class(_engine_config())
-    assert isinstance(engine, base) and type(engine._engine) is PartialGroupInfEngine
+    assert isinstance(engine, base) and type(engine._engine) is Tau2InfEngine
     if backend is not None:
         assert type(engine._engine.backend) is backend

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from examples.tau2.compat.areal_cpu import vllm_python
 from examples.tau2.compat.vllm_cpu_server import _translate_pause
+from examples.tau2.cpu.trainer import vllm_python
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -105,8 +105,8 @@ def test_disk_weight_update_reaches_the_running_server(tmp_path):
     from areal.api.cli_args import vLLMConfig
     from transformers import AutoModelForCausalLM
 
-    from examples.tau2.compat.areal_cpu import vllm_server_command
     from examples.tau2.cpu.tiny_model import TOKENIZER_FILES, TinyModelRecipe, ensure_tiny_model
+    from examples.tau2.cpu.trainer import vllm_server_command
 
     _vllm_python()
     base = ensure_tiny_model(TinyModelRecipe(), tmp_path / "cache")

@@ -17,7 +17,6 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from examples.tau2.compat.areal_cpu import VLLM_PYTHON_ENV
 from examples.tau2.cpu.smoke import (
     KL_DIRECT,
     compare_weights,
@@ -26,6 +25,7 @@ from examples.tau2.cpu.smoke import (
     plot_curves,
 )
 from examples.tau2.cpu.smoke_config import SmokeConfigError, check_config, load_smoke_config
+from examples.tau2.cpu.trainer import VLLM_PYTHON_ENV
 
 REPO = Path(__file__).resolve().parents[2]
 

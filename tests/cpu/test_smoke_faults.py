@@ -18,7 +18,7 @@ import time
 import psutil
 import pytest
 
-from examples.tau2.compat.areal_cpu import vllm_python
+from examples.tau2.cpu.trainer import vllm_python
 from tests.cpu.smoke_support import (
     REPO,
     RUN_TIMEOUT_S,

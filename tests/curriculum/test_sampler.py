@@ -31,15 +31,15 @@ from examples.tau2.curriculum.sampler import (
     append_outcome,
     check_curriculum,
     curriculum_dataloader,
-    curriculum_trainer_class,
     outcomes_dir,
     row_probabilities,
     weighted_sample,
 )
 from examples.tau2.curriculum.sampler import logger as curriculum_logger
 from examples.tau2.curriculum.workflow import CurriculumAgentWorkflow
-from examples.tau2.tau2_train import WORKFLOW, main, train_call, trainer_class
+from examples.tau2.tau2_train import WORKFLOW, main, train_call
 from examples.tau2.training import dataset as tau2_dataset
+from examples.tau2.training.trainer import Tau2PPOTrainer
 from tests.tau2_train_support import CONFIG, clean_overrides, load
 
 SMALL = CurriculumConfig(enabled=True, window=4, min_attempts=2, retire_after=2, unsolved_floor=0.1,
@@ -265,13 +265,11 @@ def test_each_draw_logs_a_line_and_records_step_stats(airline_rows, tmp_path):
     assert stats["curriculum/sampled/new"] == 8 and stats["curriculum/outcomes"] == 6
 
 
-def test_trainer_subclass_replaces_only_the_training_sampler(airline_rows, tmp_path):
-    """The hook AReaL 1.0.4's PPOTrainer builds both dataloaders through: training gets the curriculum,
-    validation keeps AReaL's own sampler."""
+def test_the_trainer_replaces_only_the_training_sampler(airline_rows, tmp_path):
+    """The hook AReaL 1.0.4's PPOTrainer builds both dataloaders through: with the curriculum on, training
+    gets the curriculum and validation keeps AReaL's own sampler; with it off, both are AReaL's."""
     config = load(f"cluster.fileroot={tmp_path}", "curriculum.enabled=true").config
-    cls = trainer_class(config)
-    assert cls.__name__ == "CurriculumPPOTrainer" and cls.__mro__[1] is trainer_class(load().config)
-    trainer = cls.__new__(cls)  # the hook only needs the config; __init__ would start the cluster
+    trainer = Tau2PPOTrainer.__new__(Tau2PPOTrainer)  # __init__ would start a cluster
     trainer.config = config
     train = trainer._create_dataloader(tau2_dataset.to_dataset(airline_rows), config.train_dataset, 0, 1)
     valid = trainer._create_dataloader(tau2_dataset.to_dataset(airline_rows[:5]), config.valid_dataset, 0, 1)
@@ -282,18 +280,10 @@ def test_trainer_subclass_replaces_only_the_training_sampler(airline_rows, tmp_p
     assert train.sampler.reader.directory.is_dir()
     with pytest.raises(RuntimeError, match="data-parallel"):
         trainer._create_dataloader(tau2_dataset.to_dataset(airline_rows), config.train_dataset, 0, 2)
-    from areal import PPOTrainer
-
-    # compat/areal_recover.py over compat/areal_serving.py
-    assert trainer_class(load().config).__name__ == "ResumableServingPPOTrainer"
-    assert curriculum_trainer_class().__mro__[1] is PPOTrainer and issubclass(cls, PPOTrainer)
-
-    class Moved:  # an AReaL whose hook changed: refused at start-up, not silently ignored
-        def _create_dataloader(self, dataset, dataset_config):
-            raise AssertionError
-
-    with pytest.raises(RuntimeError, match=r"Moved._create_dataloader\('self', 'dataset', 'dataset_co"):
-        curriculum_trainer_class(Moved)
+    trainer.config = load(f"cluster.fileroot={tmp_path}").config
+    rows = tau2_dataset.to_dataset(airline_rows)
+    off = trainer._create_dataloader(rows, trainer.config.train_dataset, 0, 1)
+    assert not isinstance(off.sampler, CurriculumSampler)
 
 
 def test_training_workflow_records_outcomes(endpoint, tmp_path):

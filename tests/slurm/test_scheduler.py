@@ -22,13 +22,14 @@ from areal.api.cli_args import SchedulingStrategy
 from areal.infra.scheduler.exceptions import WorkerCreationError, WorkerFailedError, WorkerTimeoutError
 from areal.infra.scheduler.slurm import SlurmScheduler
 
-from examples.tau2.compat.areal_recover import WorkerJobEnded, resumable_trainer_class
 from examples.tau2.cpu.smoke_config import load_smoke_config
 from examples.tau2.slurm import queue
 from examples.tau2.slurm.registry import JobRegistry, job_name_prefix
 from examples.tau2.slurm.scheduler import Tau2SlurmScheduler, _ForkInterpreter, worker_interpreter
 from examples.tau2.training.recover import cancel_slurm_jobs
+from examples.tau2.training.watchdog import WorkerJobEnded
 from tests.slurm.support import REPO, STAND_IN_LOG_ENV, install_stand_in, slurm, wait_until
+from tests.tau2_train_support import trainer_without_areal_init
 
 pytestmark = pytest.mark.slow
 
@@ -325,7 +326,9 @@ def test_a_rerun_cancels_the_jobs_left_by_an_earlier_controller(cluster, tmp_pat
 # A job that ends during training stops the run
 
 
-def test_a_job_that_ends_during_training_stops_the_run_naming_it(cluster, tmp_path):
+def test_a_job_that_ends_during_training_stops_the_run_naming_it(cluster, tmp_path, monkeypatch):
+    from areal import PPOTrainer
+
     config = load(tmp_path)
     scheduler = Tau2SlurmScheduler(config)
     scheduler.create_workers(actor_job(config))
@@ -333,24 +336,14 @@ def test_a_job_that_ends_during_training_stops_the_run_naming_it(cluster, tmp_pa
     wait_until(lambda: queue.query_jobs([job_id])[job_id].running, 30, "the job to run")
     assert scheduler.ended_job() == ""
 
-    class Trainer:
-        def __init__(self, config, **_):
-            from areal.api import FinetuneSpec
-            from areal.api.cli_args import RecoverConfig
-            from areal.utils.recover import RecoverHandler
+    def train(self):
+        queue.cancel([job_id])  # what `scancel` by a user or the cluster does
+        time.sleep(600)
 
-            self.scheduler = scheduler
-            self.recover_handler = RecoverHandler(
-                RecoverConfig(mode="auto", experiment_name="e", trial_name="t", fileroot="/x", freq_steps=1),
-                FinetuneSpec(total_train_epochs=1, dataset_size=4, train_batch_size=1))
-
-        def train(self):
-            queue.cancel([job_id])  # what `scancel` by a user or the cluster does
-            time.sleep(600)
-
-    cls = resumable_trainer_class(Trainer)
-    cls.job_poll_s = 0.5
+    monkeypatch.setattr(PPOTrainer, "train", train)
+    trainer = trainer_without_areal_init(monkeypatch, config, scheduler=scheduler)
+    trainer.job_poll_s = 0.5
     ended = rf"SLURM job {job_id} \(.*:actor\) is CANCELLED.*on n1: the actor "
     with pytest.raises(WorkerJobEnded, match=ended):
-        cls(config).train()  # the job watchdog's error: train() itself would only sleep
+        trainer.train()  # the job watchdog's error: train() itself would only sleep
     scheduler.delete_workers()

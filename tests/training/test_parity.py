@@ -179,9 +179,9 @@ def test_tool_choice_none_and_named_are_rendered_as_each_servers(cases, tokenize
 def test_parity_with_a_live_vllm_server_and_its_reply_parser(tmp_path, tokenizer_dir, capsys):
     from transformers import AutoTokenizer
 
-    from examples.tau2.compat.areal_cpu import vllm_python
     from examples.tau2.cpu.learn import serve_policy
     from examples.tau2.cpu.tiny_model import TinyModelRecipe, ensure_tiny_model
+    from examples.tau2.cpu.trainer import vllm_python
 
     tok = AutoTokenizer.from_pretrained(tokenizer_dir)
     mock = record_cases(["mock"], 1)

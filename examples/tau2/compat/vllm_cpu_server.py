@@ -34,7 +34,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from examples.tau2.compat import UnsupportedVersion, require
+from examples.tau2.compat import UnsupportedVersion, require_areal
 
 VLLM_VERSION = "0.32.0"
 AREAL_SERVER_MODULE = "areal.engine.vllm_ext.areal_vllm_server"
@@ -58,7 +58,7 @@ def check_versions() -> None:
             f"examples.tau2.compat.vllm_cpu_server adapts AReaL 1.0.4 to vLLM {VLLM_VERSION}, "
             f"but vLLM {vllm.__version__} is installed (see scripts/install_vllm_cpu.sh)"
         )
-    require("areal", "1.0.4", "the vLLM CPU launcher (examples/tau2/compat/vllm_cpu_server.py)")
+    require_areal("the vLLM CPU launcher (examples/tau2/compat/vllm_cpu_server.py)")
 
 
 def alias_moved_modules() -> None:

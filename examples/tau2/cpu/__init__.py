@@ -4,6 +4,6 @@
 Qwen3 policy built in code (`tiny_model`), and the scripted OpenAI-compatible endpoint that stands in
 for the user simulator (and, in tests and benchmarks, for the policy): `scripted_endpoint`; a scripted
 SGLang server behind AReaL's real rollout controller and proxy, for tests and benchmarks:
-`scripted_sglang`. The
-CPU-capable AReaL engines it runs on live in `compat/areal_cpu.py`. See SMOKE.md.
+`scripted_sglang`. `trainer` is `Tau2PPOTrainer` with the CPU-capable AReaL engines it runs on, and
+`sft_trainer` AReaL's SFT trainer on a CPU. See SMOKE.md.
 """

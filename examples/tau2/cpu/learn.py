@@ -103,7 +103,7 @@ def _wait_http(url: str, timeout_s: float, proc: subprocess.Popen) -> None:
 @contextlib.contextmanager
 def serve_policy(model_dir: Path, name: str, log_path: Path, max_model_len: int) -> Iterator[str]:
     """vLLM's OpenAI server on CPU for `model_dir` (hermes tool parser); yields its base URL."""
-    from examples.tau2.compat.areal_cpu import vllm_python, vllm_server_env
+    from examples.tau2.cpu.trainer import vllm_python, vllm_server_env
 
     port = free_port()
     env = {**vllm_server_env(), "VLLM_CPU_KVCACHE_SPACE": "1"}
@@ -200,8 +200,8 @@ class ProgressPrinter:
 
 
 def run_seed(seed: int, trials: int, out: Path, overrides: list[str]) -> SeedResult:
-    from examples.tau2.compat.areal_cpu import STATS_FILE
     from examples.tau2.cpu.tiny_model import TinyModelRecipe, ensure_tiny_model
+    from examples.tau2.cpu.trainer import STATS_FILE
 
     start = time.perf_counter()
     argv = ["--config", str(MAIN_CONFIG), LEARN_VARIANT, f"seed={seed}", f"trial_name=seed{seed}",

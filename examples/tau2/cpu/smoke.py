@@ -8,7 +8,7 @@ The config is config.yaml with the configs/smoke_cpu.yaml variant over it (`smok
 2. Builds or loads the tiny Qwen3 policy (`cpu.tiny_model`, cached) unless `actor.path` is given.
 3. Serves the scripted user simulator (`cpu.scripted_endpoint`, model `user-scenario`) at
    `econfig.user_base_url`, so no API key and no second model are needed.
-4. Runs AReaL's `PPOTrainer` (as `compat.areal_cpu.CpuPPOTrainer`): `Tau2AgentWorkflow` episodes through
+4. Runs AReaL's `PPOTrainer` (as `cpu.trainer.CpuPPOTrainer`): `Tau2AgentWorkflow` episodes through
    AReaL's proxy and a vLLM CPU server, archon training on CPU, disk weight updates into vLLM.
 5. Checks the result: at least `smoke.min_optimizer_steps` steps trained, the weights changed, and
    the ratio exp(trainer logprob - rollout logprob) of every trained token (and its mean), from
@@ -202,7 +202,7 @@ def evaluate_run(config: Tau2SmokeConfig, stats: list[dict[str, float]], initial
             problems.append(f"the proxy's prompt differs from the vLLM server's in {sum(parity_differing)} "
                             f"of {sum(parity_requests)} requests"
                             + (f"; first: {first.read_text()}" if first.is_file() else ""))
-    from examples.tau2.compat.areal_cpu import TREE_TOKEN_RATIO
+    from examples.tau2.cpu.trainer import TREE_TOKEN_RATIO
 
     tree = config.actor.enable_tree_training
     in_rows = [int(x) if not math.isnan(x) else 0 for x in _series(stats, "ppo_actor/n_tokens")]
@@ -271,10 +271,8 @@ def run(config_file: Path, overrides: list[str], config: Tau2SmokeConfig) -> Smo
     from areal.api.cli_args import load_expr_config
     from areal.utils.stats_logger import StatsLogger
 
-    from examples.tau2.compat.areal_cpu import STATS_FILE, CpuPPOTrainer
-    from examples.tau2.compat.areal_recover import resumable_trainer_class
     from examples.tau2.cpu.scripted_endpoint import EndpointThread
-    from examples.tau2.curriculum import sampler as tau2_curriculum
+    from examples.tau2.cpu.trainer import STATS_FILE, CpuPPOTrainer
     from examples.tau2.runtime import live_runs
     from examples.tau2.slurm.scheduler import describe_jobs
     from examples.tau2.tau2_train import train_call
@@ -314,15 +312,11 @@ def run(config_file: Path, overrides: list[str], config: Tau2SmokeConfig) -> Smo
         logger.info("scripted user simulator (%s) at %s", config.econfig.user_model,
                     config.econfig.user_base_url)
         t = time.perf_counter()
-        trainer_cls = resumable_trainer_class(CpuPPOTrainer)
         parity_dir = log_dir / "parity"
         if config.smoke.check_parity:  # the proxy records every prompt it renders; each step compares them
             shutil.rmtree(parity_dir, ignore_errors=True)  # a previous run's, already compared
-            trainer_cls = type("ParityChecked" + trainer_cls.__name__, (trainer_cls,),
-                               {"parity_record_dir": str(parity_dir)})
-        if config.curriculum.enabled:  # the training sampler follows per-task solve rates
-            trainer_cls = tau2_curriculum.curriculum_trainer_class(trainer_cls)
-        with trainer_cls(config, train_dataset=tau2_dataset.to_dataset(rows)) as trainer:
+        with CpuPPOTrainer(config, train_dataset=tau2_dataset.to_dataset(rows),
+                           parity_record_dir=str(parity_dir) if config.smoke.check_parity else "") as trainer:
             timings["startup"] = time.perf_counter() - t
             placement = describe_jobs(trainer.scheduler)
             for line in placement:
@@ -348,12 +342,14 @@ def run(config_file: Path, overrides: list[str], config: Tau2SmokeConfig) -> Smo
 def log_progress() -> None:
     """Progress of this project's loggers on stderr, whatever AReaL does to the root logger."""
     from examples.tau2 import tau2_utils
-    from examples.tau2.compat import areal_cpu, areal_recover
     from examples.tau2.cpu import tiny_model
+    from examples.tau2.cpu import trainer as cpu_trainer
     from examples.tau2.training import recover as tau2_recover
+    from examples.tau2.training import trainer as tau2_trainer
+    from examples.tau2.training import watchdog
 
-    console_logging(logger, tau2_utils.logger, tiny_model.logger, areal_cpu.logger, tau2_recover.logger,
-                    areal_recover.logger, logging.getLogger("tau2_areal.slurm"))
+    console_logging(logger, tau2_utils.logger, tiny_model.logger, cpu_trainer.logger, tau2_recover.logger,
+                    tau2_trainer.logger, watchdog.logger, logging.getLogger("tau2_areal.slurm"))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -74,7 +74,7 @@ def user_endpoint_port(url: str) -> int:
 
 def check_config(config: Tau2SmokeConfig) -> list[str]:
     """Every problem with a smoke config, one sentence each; nothing is started."""
-    from examples.tau2.compat.areal_cpu import vllm_python
+    from examples.tau2.cpu.trainer import vllm_python
     from examples.tau2.runtime.live_runs import seed_collision
     from examples.tau2.training import dataset as tau2_dataset
     from examples.tau2.training.recover import check_recover

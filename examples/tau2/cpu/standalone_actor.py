@@ -27,7 +27,7 @@ class Layout(enum.Enum):
     """How the trainer lays a batch's rows out in micro-batches."""
 
     fsdp_one_sequence = "fsdp-one-seq"
-    """FSDP, one row per micro-batch (`compat.areal_cpu.OneSequencePerMicroBatchActor`)."""
+    """FSDP, one row per micro-batch (`cpu.trainer.OneSequencePerMicroBatchActor`)."""
     archon_packed = "archon-packed"
     """Archon, rows packed side by side with a block-diagonal causal mask (`attn_type: sdpa`)."""
     archon_tree = "archon-tree"
@@ -92,7 +92,7 @@ def build_actor(layout: Layout, model_path: str | Path, *, max_tokens_per_mb: in
         ppo_n_minibatches=1, prox_logp_method="recompute", use_decoupled_loss=True,
     )
     if layout is Layout.fsdp_one_sequence:
-        from examples.tau2.compat.areal_cpu import OneSequencePerMicroBatchActor as actor_cls
+        from examples.tau2.cpu.trainer import OneSequencePerMicroBatchActor as actor_cls
     else:
         from examples.tau2.compat.archon_tree_cpu import CpuArchonPPOActor as actor_cls
     actor = actor_cls(config)
@@ -129,7 +129,7 @@ def batch_of(rows: list[Row], seed: int = 0) -> list[dict[str, torch.Tensor]]:
 
 
 def rows_from_batch_file(path: str | Path) -> list[Row]:
-    """Rows of a batch recorded by `compat.areal_cpu.BatchRecorder` (a smoke run's real rows)."""
+    """Rows of a batch recorded by `cpu.trainer.BatchRecorder` (a smoke run's real rows)."""
     recorded = torch.load(path, weights_only=True)
     rows = []
     for ids, mask, loss_mask in zip(recorded["input_ids"], recorded["attention_mask"],

@@ -11,7 +11,7 @@ Rejected episodes (infrastructure failures) have no reward and leave no line; ev
 the plain workflow and leave none either.
 
 What it changes. `CurriculumSampler` replaces the `DistributedSampler` of AReaL's training dataloader
-(`curriculum_trainer_class` overrides `PPOTrainer._create_dataloader`, the one place AReaL builds it).
+(`Tau2PPOTrainer._create_dataloader` overrides AReaL's, the one place AReaL builds it).
 For every batch it reads the new outcomes, puts each task in a bucket by its solve rate over its last
 `window` episodes, and samples the batch's rows with the bucket weights:
 
@@ -36,7 +36,6 @@ controller's stats tracker, which AReaL commits with the step (console, TensorBo
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import json
 import logging
 import math
@@ -469,42 +468,6 @@ def curriculum_dataloader(dataset: Any, curriculum: CurriculumConfig, *, batch_s
 
 def _rows(batch: list[Any]) -> list[Any]:
     return batch
-
-
-TRAINER_HOOK = ("self", "dataset", "dataset_config", "rank", "world_size")
-"""AReaL 1.0.4's `PPOTrainer._create_dataloader` parameters, which `curriculum_trainer_class` overrides."""
-
-
-def curriculum_trainer_class(base: type | None = None) -> type:
-    """`base` (AReaL's `PPOTrainer` or a subclass, e.g. the CPU one) whose training dataloader samples
-    with the curriculum; validation is unchanged.
-
-    Checks that AReaL still builds its dataloaders through `_create_dataloader(dataset, dataset_config,
-    rank, world_size)` (true of 1.0.4) and raises RuntimeError otherwise."""
-    if base is None:
-        from areal import PPOTrainer
-
-        base = PPOTrainer
-    params = tuple(inspect.signature(base._create_dataloader).parameters)
-    if params != TRAINER_HOOK:
-        raise RuntimeError(f"curriculum: {base.__name__}._create_dataloader{params} is not AReaL 1.0.4's "
-                           f"{TRAINER_HOOK}; the curriculum cannot replace the training sampler")
-
-    class CurriculumPPOTrainer(base):  # type: ignore[valid-type,misc]
-        """PPOTrainer with `CurriculumSampler` in the training dataloader."""
-
-        def _create_dataloader(self, dataset, dataset_config, rank, world_size):
-            if dataset_config is not self.config.train_dataset:
-                return super()._create_dataloader(dataset, dataset_config, rank, world_size)
-            if world_size != 1:
-                raise RuntimeError(f"curriculum: the training dataloader has {world_size} data-parallel "
-                                   "ranks; the single controller (the only mode for agent workflows) has 1")
-            config = self.config
-            return curriculum_dataloader(dataset, config.curriculum, batch_size=dataset_config.batch_size,
-                                         drop_last=dataset_config.drop_last, seed=config.seed,
-                                         outcomes=outcomes_dir(config))
-
-    return CurriculumPPOTrainer
 
 
 def train_workflow(config: Any, kwargs: dict[str, Any]) -> tuple[str, dict[str, Any]]:

@@ -9,7 +9,7 @@ assistant turn the policy generated (`sft.data.encode_conversation`), as `input_
 rows for AReaL's SFT engines (fsdp, archon or megatron, chosen by `actor.backend`). The config is AReaL's
 `SFTConfig` (`sft.yaml`; the keys it shares with the RL config.yaml mean the same), plus `tiny_model`
 for CPU runs. With `cluster.n_gpus_per_node: 0` (configs/sft_cpu.yaml) the trainer is
-`compat.areal_sft_cpu.CpuSFTTrainer` (one sequence per micro-batch on CPU); otherwise AReaL's own.
+`cpu.sft_trainer.CpuSFTTrainer` (one sequence per micro-batch on CPU); otherwise AReaL's own.
 
 `--dry-run` loads the config and tokenizes the data (row and token counts, the longest row against
 `max_length` and `mb_spec.max_tokens_per_mb`), prints the plan and the problems found, and starts
@@ -227,10 +227,10 @@ def run(config_file: Path, overrides: list[str], config: Tau2SFTConfig) -> dict[
     data = load_data(config, tokenizer)
     logger.info("%s", format_plan(config, data, []))
     if config.on_cpu:
-        from examples.tau2.compat import areal_sft_cpu
-        from examples.tau2.compat.areal_sft_cpu import CpuSFTTrainer as trainer_cls
+        from examples.tau2.cpu import sft_trainer
+        from examples.tau2.cpu.sft_trainer import CpuSFTTrainer as trainer_cls
 
-        console_logging(areal_sft_cpu.logger)
+        console_logging(sft_trainer.logger)
     else:
         from areal import SFTTrainer as trainer_cls
     valid = to_dataset(data.valid) if data.valid is not None else None
@@ -251,7 +251,7 @@ def run(config_file: Path, overrides: list[str], config: Tau2SFTConfig) -> dict[
     }
     stats_file = log_dir / "stats.jsonl"
     if stats_file.is_file():
-        from examples.tau2.compat.areal_sft_cpu import LOSS_KEY
+        from examples.tau2.cpu.sft_trainer import LOSS_KEY
 
         steps = [json.loads(line) for line in stats_file.read_text().splitlines() if line.strip()]
         summary["loss"] = [s.get(LOSS_KEY) for s in steps]

@@ -1,7 +1,8 @@
 """AReaL 1.0.4's `SlurmScheduler` as the config describes it: with or without a container, failing fast.
 
-`PPOTrainer._init_scheduler` builds `SlurmScheduler(exp_config=config)`, whose job script ignores most of
-the config and hides failures. `Tau2SlurmScheduler` keeps AReaL's scheduler (worker discovery, RPC,
+AReaL's `PPOTrainer._init_scheduler` builds `SlurmScheduler(exp_config=config)`, whose job script ignores
+most of the config and hides failures; `Tau2PPOTrainer._init_scheduler` builds `Tau2SlurmScheduler`, which
+keeps AReaL's scheduler (worker discovery, RPC,
 forking of the proxies, engine calls) and replaces what a first cluster run hits:
 
 1. Containers: AReaL runs every worker as `singularity exec --bind /storage:/storage <image>` and never
@@ -43,7 +44,6 @@ from areal.infra.scheduler.exceptions import WorkerCreationError, WorkerFailedEr
 from areal.infra.scheduler.slurm import SlurmScheduler
 from areal.infra.utils.proc import build_streaming_log_cmd
 
-from examples.tau2.compat import require
 from examples.tau2.slurm import queue
 from examples.tau2.slurm.plan import JobRequest, unschedulable
 from examples.tau2.slurm.registry import JobRegistry
@@ -91,7 +91,6 @@ class Tau2SlurmScheduler(SlurmScheduler):
     job registry (the module docstring lists each change)."""
 
     def __init__(self, exp_config: Any):
-        require("areal", "1.0.4", "Tau2SlurmScheduler (examples/tau2/slurm/scheduler.py)")
         super().__init__(exp_config=exp_config, health_check_interval=HEALTH_CHECK_INTERVAL_S)
         self.registry = JobRegistry.of_trial(self.fileroot, self.experiment_name, self.trial_name)
 
@@ -247,7 +246,7 @@ class Tau2SlurmScheduler(SlurmScheduler):
 
     def ended_job(self) -> str:
         """'' while every job of the run runs; else one sentence naming the first that does not (its role,
-        state, node and log), for the training watchdog (`compat.areal_recover.Watchdog`)."""
+        state, node and log), for the training watchdog (`training.watchdog.Watchdog`)."""
         for role, status in self.job_statuses().items():
             if status is not None and status.running:
                 continue
@@ -300,17 +299,6 @@ class _ForkInterpreter:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._session, name)
-
-
-class Tau2SchedulerMixin:
-    """Put before AReaL's `PPOTrainer`: `scheduler.type=slurm` builds `Tau2SlurmScheduler`."""
-
-    config: Any
-
-    def _init_scheduler(self) -> Any:
-        if self.config.scheduler.type == "slurm":
-            return Tau2SlurmScheduler(self.config)
-        return super()._init_scheduler()  # type: ignore[misc]
 
 
 def describe_jobs(scheduler: Any) -> list[str]:

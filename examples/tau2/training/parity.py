@@ -8,7 +8,7 @@
    tool results, user turns, think calls), and, for the domains that have one, in solo mode
    (`tool_choice: required`). Every policy request is kept, as the workflow sent it.
 2. Sends each through AReaL's real proxy (its FastAPI app and `ArealOpenAI`, in this process), whose
-   prompt rendering `--engine` selects (`compat/areal_serving.py`; `areal` is AReaL's own), and keeps the
+   prompt rendering `--engine` selects (`training/served_prompt.py`; `areal` is AReaL's own), and keeps the
    prompt token ids it asks the engine to extend: what the trainer learns from.
 3. Compares them with SGLang 0.5.10.post1's rendering (its own request models, `compat/serving_render.py`)
    and, with `--vllm-url`, with a live vLLM server's `/tokenize` of the same request.
@@ -310,7 +310,7 @@ class InProcessProxy:
         from areal.experimental.openai.client import ArealOpenAI
         from areal.experimental.openai.proxy import proxy_rollout_server as srv
 
-        from examples.tau2.compat.areal_serving import install_proxy_rendering
+        from examples.tau2.training.served_prompt import install_proxy_rendering
 
         self._srv = srv
         self._saved = (srv._openai_client, srv._admin_api_key, srv._capacity)
@@ -323,7 +323,7 @@ class InProcessProxy:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        from examples.tau2.compat.areal_serving import install_proxy_rendering
+        from examples.tau2.training.served_prompt import install_proxy_rendering
 
         self._loop.run_until_complete(self._client.aclose())
         self._loop.close()
@@ -437,7 +437,7 @@ class VllmTokenizer:
 
 
 class RecordedParity:
-    """The requests AReaL's proxy rendered during training (`compat/areal_serving.RequestRecorder`),
+    """The requests AReaL's proxy rendered during training (`training/served_prompt.RequestRecorder`),
     compared with the live vLLM server's rendering each time `check` is called (the smoke run: every
     step). Remembers how far each record file was read."""
 
@@ -450,7 +450,7 @@ class RecordedParity:
 
     def check(self) -> dict[str, float]:
         """New requests since the last call: `{tau2/parity/requests, tau2/parity/differing}`."""
-        from examples.tau2.compat.areal_serving import RECORD_PREFIX
+        from examples.tau2.training.served_prompt import RECORD_PREFIX
 
         requests = differing = 0
         for path in sorted(self.folder.glob(f"{RECORD_PREFIX}*.jsonl")):

@@ -12,8 +12,8 @@ anywhere, so a rerun (`prepare_resume`, before `PPOTrainer` starts) first:
    under SLURM; while the controller lives, `start_reaper` runs a small watcher that does the same as
    soon as it dies);
 2. finishes or undoes a save the kill interrupted (`repair`): saves go to `<dir>.next` first and are
-   swapped in after a journal is written (`compat/areal_recover.py`), because AReaL overwrites its
-   one checkpoint in place and a torn info file makes it start over from step 1 without a word;
+   swapped in after a journal is written (`training.trainer.AtomicRecoverHandler`), because AReaL
+   overwrites its one checkpoint in place and a torn info file makes it start over from step 1 without a word;
 3. drops the lines of `stats.jsonl` after the saved step (those steps run again: `trim_stats`), and moves
    episode dumps written after the save, whose rollouts were never trained, to
    `<dump_dir>.superseded/<time>/` (`supersede_dumps`), removing half-written temporary files.

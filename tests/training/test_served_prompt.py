@@ -1,4 +1,4 @@
-"""AReaL's proxy rendering switched to the serving engine's (compat/areal_serving.py)."""
+"""AReaL's proxy rendering switched to the serving engine's (training/served_prompt.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from areal.experimental.openai import client
 from areal.utils import hf_utils
 
 from examples.tau2.compat import UnsupportedVersion
-from examples.tau2.compat.areal_serving import (
+from examples.tau2.compat.serving_render import ServingEngine
+from examples.tau2.training.served_prompt import (
     AREAL_RENDERING,
     PARITY_RECORD_ENV,
     REQUEST_TOOL_CHOICE,
@@ -23,7 +24,6 @@ from examples.tau2.compat.areal_serving import (
     keeping_tool_choice,
     serving_engine_name,
 )
-from examples.tau2.compat.serving_render import ServingEngine
 
 AREAL_CREATE = client.AsyncCompletionsWithReward.__dict__["create"]
 TOOLS = [{"type": "function", "function": {"name": n, "description": f"Does {n}.",
@@ -115,7 +115,7 @@ def test_the_template_renders_the_requests_tool_choice():
 
 def test_another_areal_is_refused():
     client.apply_chat_template = lambda *a, **k: []
-    with pytest.raises(UnsupportedVersion, match="audit examples/tau2/compat/areal_serving.py"):
+    with pytest.raises(UnsupportedVersion, match="audit examples/tau2/training/served_prompt.py"):
         install_proxy_rendering(ServingEngine.SGLANG)
 
 

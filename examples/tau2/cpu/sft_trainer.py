@@ -1,9 +1,9 @@
 """`SFTTrainer` on a machine without a GPU: AReaL 1.0.4's own SFT loop, with one CPU-capable part.
 
-AReaL's `SFTTrainer` picks its engine class by name in `_create_actor` (private, overridden here, hence
-this module's place in `compat/`). On CPU the FSDP engine runs the model with `sdpa` attention, which
+AReaL's `SFTTrainer` picks its engine class by name in `_create_actor` (private, overridden here; a row of
+`training/trainer.py`'s table). On CPU the FSDP engine runs the model with `sdpa` attention, which
 has no varlen kernel, so every sequence packed after the first into one micro-batch would attend to
-its neighbours (the trap `areal_cpu.OneSequencePerMicroBatchActor` documents for PPO, where it was
+its neighbours (the trap `cpu.trainer.OneSequencePerMicroBatchActor` documents for PPO, where it was
 measured). `OneSequencePerMicroBatchLMEngine` asks AReaL's own splitter for one micro-batch per
 sequence instead; everything else (data loading, the packed SFT loss on `loss_mask`, optimizer,
 saver, stats) is AReaL's. Each step's stats also go to `stats.jsonl` in AReaL's log folder.
@@ -18,10 +18,10 @@ from areal.engine import FSDPLMEngine
 from areal.trainer.sft_trainer import SFTTrainer
 from areal.utils.environ import is_single_controller
 
-from examples.tau2.compat import require
-from examples.tau2.compat.areal_cpu import JsonlStatsLogger, OneSequencePerMicroBatch
+from examples.tau2.compat import require_areal
+from examples.tau2.cpu.trainer import JsonlStatsLogger, OneSequencePerMicroBatch
 
-logger = logging.getLogger("tau2_areal.areal_sft_cpu")
+logger = logging.getLogger("tau2_areal.sft_trainer")
 
 STATS_FILE = "stats.jsonl"
 LOSS_KEY = "sft/loss/avg"
@@ -46,7 +46,7 @@ class CpuSFTTrainer(SFTTrainer):
     """`SFTTrainer` with the FSDP engine above (single controller or SPMD)."""
 
     def __init__(self, config, train_dataset, valid_dataset=None):
-        require("areal", "1.0.4", "CpuSFTTrainer (examples/tau2/compat/areal_sft_cpu.py)")
+        require_areal("CpuSFTTrainer (examples/tau2/cpu/sft_trainer.py)")
         super().__init__(config, train_dataset=train_dataset, valid_dataset=valid_dataset)
         # Recovery is not used on CPU (it would have loaded the logger's state above).
         self.stats_logger = SftStatsLogger(config, self.stats_logger.ft_spec)

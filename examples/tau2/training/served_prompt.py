@@ -1,0 +1,169 @@
+"""AReaL's proxy rendering each prompt as the serving engine's own chat server does.
+
+AReaL's proxy applies the chat template itself (`ArealOpenAI.chat.completions.create` calls the module name
+`areal.experimental.openai.client.apply_chat_template`), and its prompt differs from the one SGLang's or
+vLLM's own chat server builds for the same request (`compat/serving_render.py`), so the trainer would learn
+a prompt no server shows the policy. `install_proxy_rendering` replaces two AReaL names in the proxy process
+(`Tau2PPOTrainer`'s rollout engines call it when the proxy creates them):
+
+- `client.apply_chat_template` becomes `ServingTemplate`, which hands the template the messages and tools as
+  the serving engine's server would (`serving_render.template_inputs`). It checks that the name is still
+  AReaL's `hf_utils.apply_chat_template` first, so another AReaL fails loudly.
+- `AsyncCompletionsWithReward.create` is wrapped so that the request's `tool_choice` (which changes the
+  served prompt: SGLang renders no tools for `none`, only the named one for a named choice, and AReaL keeps it
+  to itself) is in `REQUEST_TOOL_CHOICE`, a context variable, while it runs, where `ServingTemplate` reads it.
+
+The serving engine comes from `SERVING_ENGINE_ENV` in the rollout workers' environment (the proxies they
+fork inherit it). With `PARITY_RECORD_ENV` set, every rendered request is appended to
+`<dir>/requests-<pid>.jsonl` with the policy version that served it, so a check can compare it with the
+live server (`training.parity`).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import inspect
+import json
+import logging
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+from examples.tau2.compat import UnsupportedVersion
+from examples.tau2.compat.serving_render import ServingEngine, template_inputs
+
+logger = logging.getLogger("tau2_areal.serving")
+
+SERVING_ENGINE_ENV = "TAU2_SERVING_ENGINE"
+"""`sglang` or `vllm`: whose prompt the proxy renders; `areal`: AReaL's own rendering (parity off)."""
+AREAL_RENDERING = "areal"
+PARITY_RECORD_ENV = "TAU2_PARITY_RECORD_DIR"
+"""A folder: the proxy appends every rendered request there (`requests-<pid>.jsonl`)."""
+RECORD_PREFIX = "requests-"
+
+
+def serving_engine_name(configured: str, rollout_backend: str) -> str:
+    """`econfig.serving_engine` resolved: `auto` is the rollout backend (sglang or vllm)."""
+    return rollout_backend if configured == "auto" else configured
+
+
+REQUEST_TOOL_CHOICE: contextvars.ContextVar[Any] = contextvars.ContextVar("tau2_request_tool_choice",
+                                                                          default="auto")
+"""The `tool_choice` of the chat request whose prompt is being rendered (`auto` when it gave none)."""
+TOOL_CHOICE_WRAPPER = "_tau2_keeps_tool_choice"
+"""Marks the wrapped `create`, so that installing twice never wraps it twice."""
+
+
+def _tool_choice_value(tool_choice: Any) -> Any:
+    """The request's `tool_choice`, `auto` when omitted (the OpenAI SDK's `NOT_GIVEN`, or None)."""
+    from openai import NotGiven
+
+    return "auto" if tool_choice is None or isinstance(tool_choice, NotGiven) else tool_choice
+
+
+def keeping_tool_choice(create: Any) -> Any:
+    """AReaL's `create`, with the request's `tool_choice` in `REQUEST_TOOL_CHOICE` while it runs.
+
+    `functools.wraps` keeps its signature visible, which AReaL's proxy reads to pick the arguments it passes.
+    """
+
+    @functools.wraps(create)
+    async def create_keeping_tool_choice(self: Any, *args: Any, **kwargs: Any) -> Any:
+        token = REQUEST_TOOL_CHOICE.set(_tool_choice_value(kwargs.get("tool_choice")))
+        try:
+            return await create(self, *args, **kwargs)
+        finally:
+            REQUEST_TOOL_CHOICE.reset(token)
+
+    setattr(create_keeping_tool_choice, TOOL_CHOICE_WRAPPER, True)
+    return create_keeping_tool_choice
+
+
+def _areal_create(completions: type) -> Any:
+    """AReaL's own `AsyncCompletionsWithReward.create` (unwrapped), checked to be the one audited."""
+    create = completions.__dict__.get("create")
+    original = getattr(create, "__wrapped__", None) if getattr(create, TOOL_CHOICE_WRAPPER, False) else create
+    audited = (inspect.iscoroutinefunction(original)
+               and getattr(original, "__qualname__", "") == "AsyncCompletionsWithReward.create"
+               and "tool_choice" in inspect.signature(original).parameters)
+    if not audited:
+        raise UnsupportedVersion(
+            "areal.experimental.openai.client.AsyncCompletionsWithReward.create is no longer the coroutine "
+            "taking `tool_choice` that examples/tau2/training/served_prompt.py wraps: audit it for this "
+            "AReaL")
+    return original
+
+
+class RequestRecorder:
+    """Appends each rendered request to one JSONL file per process (the proxy's)."""
+
+    def __init__(self, folder: str, engine: Any = None):
+        self.path = Path(folder) / f"{RECORD_PREFIX}{os.getpid()}.jsonl"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.engine = engine
+        self._lock = threading.Lock()
+
+    def write(self, messages: Any, tools: Any, prompt_ids: list[int], tool_choice: Any = "auto") -> None:
+        version = self.engine.get_version() if self.engine is not None else -1
+        line = json.dumps({"version": version, "messages": messages, "tools": tools,
+                           "tool_choice": tool_choice, "prompt_ids": list(prompt_ids)})
+        with self._lock, self.path.open("a", encoding="utf-8") as f:
+            f.write(line + "\n")
+
+
+class ServingTemplate:
+    """AReaL's `apply_chat_template`, fed the messages and tools as `engine`'s server builds them for the
+    request's `tool_choice`."""
+
+    def __init__(self, engine: ServingEngine | None, original: Any, recorder: RequestRecorder | None):
+        self.engine = engine
+        self.original = original
+        self.recorder = recorder
+
+    def __call__(self, tokenizer: Any, messages: list[dict[str, Any]], *, tools: Any = None,
+                 **kwargs: Any) -> Any:
+        tool_choice = REQUEST_TOOL_CHOICE.get()
+        rendered_messages, rendered_tools = ((messages, tools) if self.engine is None else
+                                             template_inputs(self.engine, messages, tools, tool_choice))
+        result = self.original(tokenizer, rendered_messages, tools=rendered_tools, **kwargs)
+        if self.recorder is not None and kwargs.get("tokenize", True):
+            self.recorder.write(messages, tools, result, tool_choice)
+        return result
+
+
+def install_proxy_rendering(engine: ServingEngine | None, record_dir: str | None = None,
+                            rollout_engine: Any = None) -> None:
+    """Make AReaL's proxy (this process) render prompts as `engine`'s server does; None: AReaL's own.
+
+    Idempotent; `record_dir` also records every rendered request (with `rollout_engine`'s version).
+    """
+    from areal.experimental.openai import client
+    from areal.utils import hf_utils
+
+    current = client.apply_chat_template
+    if current is not hf_utils.apply_chat_template and not isinstance(current, ServingTemplate):
+        raise UnsupportedVersion(
+            "areal.experimental.openai.client.apply_chat_template is no longer areal.utils.hf_utils."
+            "apply_chat_template: audit examples/tau2/training/served_prompt.py for this AReaL")
+    completions = client.AsyncCompletionsWithReward
+    create = _areal_create(completions)
+    recorder = RequestRecorder(record_dir, rollout_engine) if record_dir else None
+    if engine is None and recorder is None:
+        client.apply_chat_template = hf_utils.apply_chat_template
+        completions.create = create
+    else:
+        client.apply_chat_template = ServingTemplate(engine, hf_utils.apply_chat_template, recorder)
+        completions.create = keeping_tool_choice(create)
+
+
+def install_from_env(rollout_engine: Any) -> None:
+    """`install_proxy_rendering` as `Tau2PPOTrainer` set it in the rollout workers' environment."""
+    name = os.environ.get(SERVING_ENGINE_ENV)
+    if not name:
+        raise RuntimeError(f"{SERVING_ENGINE_ENV} is not set: {type(rollout_engine).__name__} is created "
+                           "by Tau2PPOTrainer's rollout controller, which sets it for its workers")
+    engine = None if name == AREAL_RENDERING else ServingEngine(name)
+    install_proxy_rendering(engine, os.environ.get(PARITY_RECORD_ENV) or None, rollout_engine)
+

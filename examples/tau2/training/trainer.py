@@ -1,0 +1,430 @@
+"""`Tau2PPOTrainer`: AReaL 1.0.4's `PPOTrainer` with every change this project makes to AReaL's behaviour.
+
+AReaL's loop, engines and proxy run as shipped except for the names in `REPLACED` (the end of this
+module): each row is an AReaL name replaced, by what, why, and the tests that pin it, and
+tests/training/test_trainer.py fails when a project class replaces an AReaL name the table does not list,
+or when the AReaL name or its parameters moved. Moving to another AReaL release is auditing that table.
+The installed release is checked in each process that replaces anything (`compat.require_areal`, the one
+place that names it): pre-flight validation, this trainer, the rollout engines (in the rollout workers and
+the proxies they fork), the CPU actor, the SFT trainer and the vLLM CPU launcher.
+
+What changes, in the order an episode meets it:
+- the proxy renders each prompt as the serving engine's chat server does (`training/served_prompt.py`),
+  so the trainer learns the prompt the policy was served;
+- a GRPO group is scored as one object (`training/group.py`): a rejected episode drops only itself;
+- recover saves are atomic and made after the step's stats are committed (`AtomicRecoverHandler`);
+- a dead inference server or an ended SLURM job stops the run (`training/watchdog.py`);
+- with `curriculum.enabled`, training tasks are drawn by solve rate (`curriculum/sampler.py`);
+- `scheduler.type=slurm` runs `Tau2SlurmScheduler` (`slurm/scheduler.py`, which lists its changes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import shutil
+import time
+from copy import deepcopy
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from areal import PPOTrainer
+from areal.api import RolloutWorkflow, SaveLoadMeta
+from areal.api.cli_args import (
+    InferenceEngineConfig,
+    SchedulingStrategy,
+    SchedulingStrategyType,
+    SGLangConfig,
+    vLLMConfig,
+)
+from areal.engine.sglang_remote import RemoteSGLangEngine
+from areal.engine.vllm_remote import RemotevLLMEngine
+from areal.infra.remote_inf_engine import GroupedRolloutWorkflow, RemoteInfEngine
+from areal.utils.environ import is_single_controller
+from areal.utils.recover import RecoverHandler
+from areal.utils.saver import Saver
+
+from examples.tau2.compat import require_areal
+from examples.tau2.compat.areal_groups import DropRejectedProxyWorkflow, PartialGroupWorkflow
+from examples.tau2.curriculum.sampler import curriculum_dataloader, outcomes_dir
+from examples.tau2.slurm.scheduler import Tau2SlurmScheduler
+from examples.tau2.training.recover import RecoverPaths, commit, recover_paths, staged
+from examples.tau2.training.served_prompt import (
+    PARITY_RECORD_ENV,
+    SERVING_ENGINE_ENV,
+    install_from_env,
+    serving_engine_name,
+)
+from examples.tau2.training.watchdog import InferenceServerDied, ServerWatchdog, Watchdog, WorkerJobEnded
+
+logger = logging.getLogger("tau2_areal.trainer")
+
+
+class Tau2PPOTrainer(PPOTrainer):
+    """AReaL's `PPOTrainer` for τ² episodes: served-prompt rendering, partial GRPO groups, kill-safe saves,
+    the curriculum sampler and the project's SLURM scheduler (the module docstring's table).
+
+    `parity_record_dir`, when given, makes the proxies record every prompt they render there (the smoke
+    run compares them with the server's own rendering at every step).
+    """
+
+    server_dead_after_s: float = 15.0
+    """Refused connections for this long make an inference server dead: a refusal means nothing listens on
+    the port (a busy server still accepts, and a full accept queue drops, not refuses), and AReaL never
+    restarts a server; four refused polls in a row rule out a probe's own hiccup."""
+    job_poll_s: float = 5.0
+    """How often a SLURM run checks that every job of its workers still runs."""
+
+    def __init__(self, config: Any, train_dataset: Any = None, valid_dataset: Any = None, *,
+                 parity_record_dir: str = ""):
+        require_areal("Tau2PPOTrainer (examples/tau2/training/trainer.py)")
+        self.parity_record_dir = parity_record_dir  # read by _init_rollout, inside AReaL's __init__
+        self._deferred_recover_save: tuple[int, int, int] | None = None
+        super().__init__(config, train_dataset=train_dataset, valid_dataset=valid_dataset)
+        self.recover_handler = AtomicRecoverHandler.adopt(self.recover_handler, recover_paths(config))
+
+    def _init_scheduler(self) -> Any:
+        """AReaL builds its own `SlurmScheduler` (rl_trainer.py:921); ours follows the config."""
+        if self.config.scheduler.type == "slurm":
+            return Tau2SlurmScheduler(self.config)
+        return super()._init_scheduler()
+
+    def _create_dataloader(self, dataset: Any, dataset_config: Any, rank: int, world_size: int) -> Any:
+        """The training dataloader samples by solve rate when the curriculum is on; validation is AReaL's."""
+        if not self.config.curriculum.enabled or dataset_config is not self.config.train_dataset:
+            return super()._create_dataloader(dataset, dataset_config, rank, world_size)
+        if world_size != 1:
+            raise RuntimeError(f"curriculum: the training dataloader has {world_size} data-parallel ranks; "
+                               "the single controller (the only mode for agent workflows) has 1")
+        return curriculum_dataloader(dataset, self.config.curriculum, batch_size=dataset_config.batch_size,
+                                     drop_last=dataset_config.drop_last, seed=self.config.seed,
+                                     outcomes=outcomes_dir(self.config))
+
+    def rollout_engine_class(self) -> type:
+        """The rollout engine of `rollout.backend`, with the served-prompt rendering and partial groups."""
+        return {"sglang": Tau2SGLangEngine, "vllm": Tau2vLLMEngine}[self.rollout_alloc.backend]
+
+    def serving_env(self) -> dict[str, str]:
+        """What the rollout workers (and the proxies they fork) read: whose prompt to render, where to
+        record it."""
+        engine = serving_engine_name(self.config.econfig.serving_engine, self.rollout_alloc.backend)
+        env = {SERVING_ENGINE_ENV: engine}
+        if self.parity_record_dir:
+            env[PARITY_RECORD_ENV] = self.parity_record_dir
+        return env
+
+    def _init_rollout(self, rollout_config: InferenceEngineConfig, is_eval: bool = False,
+                      lora_path: str | None = None) -> Any:
+        """AReaL's `_init_rollout` (rl_trainer.py:1005; single controller, no LoRA) with
+        `rollout_engine_class` and `serving_env`, and no evaluation rollout for a run that never validates
+        (no validation data loader, which AReaL sets up just before): AReaL builds one whenever it is not in
+        online mode (rl_trainer.py ~312), a forked worker per server plus, once proxies start, its proxy,
+        that nothing would ever use (what that costs a CPU smoke run: bench/RESULTS.md, "Smoke run without
+        the unused evaluation workers"). AReaL checks `eval_rollout is None` wherever it uses it."""
+        if is_eval and getattr(self, "valid_dataloader", None) is None:
+            return None
+        if lora_path is not None or not is_single_controller() or rollout_config._version == "v2":
+            raise NotImplementedError("the serving-engine rendering runs on AReaL's single controller "
+                                      "(scheduler.type local or slurm), without LoRA or the v2 controller")
+        config = deepcopy(rollout_config)
+        for spec in config.scheduling_spec:
+            spec.env_vars = {**(spec.env_vars or {}), **self.serving_env()}
+        if is_eval:  # as AReaL: no off-policyness bound, colocated with the rollout servers
+            config.max_head_offpolicyness = int(1e12)
+            config.scheduling_strategy = SchedulingStrategy(
+                type=SchedulingStrategyType.colocation, target="rollout")
+            for spec in config.scheduling_spec:
+                spec.gpu = 0
+        parallel = self.rollout_alloc.parallel
+        if self.rollout_alloc.backend == "sglang":
+            if self.config.rollout.return_routed_experts:
+                self.config.sglang.enable_return_routed_experts = True
+            server_args = SGLangConfig.build_args(sglang_config=self.config.sglang, tp_size=parallel.tp_size,
+                                                  pp_size=parallel.pp_size, base_gpu_id=0)
+        else:
+            if self.config.rollout.return_routed_experts:
+                raise ValueError("return_routed_experts is not supported with the vLLM backend")
+            server_args = vLLMConfig.build_args(vllm_config=self.config.vllm, tp_size=parallel.tp_size,
+                                                pp_size=parallel.pp_size)
+        controller = self.rollout_engine_class().as_controller(config, self.scheduler)
+        init_kwargs: dict[str, Any] = dict(role="rollout", server_args=server_args)
+        if is_eval:
+            init_kwargs.update(server_infos=self.rollout.server_infos, role="eval-rollout")
+        controller.initialize(**init_kwargs)
+        return controller
+
+    def train(self, *args: Any, **kwargs: Any) -> Any:
+        """AReaL's loop, stopped with `InferenceServerDied` / `WorkerJobEnded` when a watchdog finds that
+        a server died or (`Tau2SlurmScheduler`) a worker job ended."""
+        servers = getattr(getattr(self, "rollout", None), "server_infos", None) or []
+        ended_job = getattr(self.scheduler, "ended_job", None)  # Tau2SlurmScheduler's
+        with contextlib.ExitStack() as watching:
+            jobs = watching.enter_context(Watchdog(ended_job, self.job_poll_s, name="tau2-job-watchdog")) \
+                if ended_job is not None else None
+            servers_watched = watching.enter_context(
+                ServerWatchdog([(s.host, s.port) for s in servers], self.server_dead_after_s))
+            try:
+                return super().train(*args, **kwargs)
+            except KeyboardInterrupt:
+                if jobs is not None and jobs.failure:
+                    raise WorkerJobEnded(jobs.failure) from None
+                if servers_watched.failure:
+                    raise InferenceServerDied(servers_watched.failure) from None
+                raise
+
+    def _save_recover_checkpoint(self, epoch: int, epoch_step: int, global_step: int) -> None:
+        """Deferred: AReaL saves before it commits the step's stats (rl_trainer.py:797 vs :854), so a kill
+        between the two would lose that step's stats for good."""
+        self._deferred_recover_save = (epoch, epoch_step, global_step)
+
+    def _export_and_commit_stats(self, epoch: int, epoch_step: int, global_step: int) -> None:
+        """AReaL's commit, then the deferred recover save (still before `rollout.resume()`); a rerun drops
+        the stats lines of steps after the saved one, which run again (`training.recover.trim_stats`)."""
+        super()._export_and_commit_stats(epoch, epoch_step, global_step)
+        deferred, self._deferred_recover_save = self._deferred_recover_save, None
+        if deferred is not None:
+            super()._save_recover_checkpoint(*deferred)
+
+
+class AtomicRecoverHandler(RecoverHandler):
+    """AReaL's recover handler writing each save to `.next` directories and swapping them in at once.
+
+    AReaL's `dump` overwrites `default/recover_checkpoint` (DCP) and the files of `recover_info/` in place:
+    a kill during a save leaves a checkpoint of one step with the info of another, or a torn info file, and
+    then `RecoverHandler.load` logs a warning and trains from step 1 over the old run. Here both go to
+    `<dir>.next` and `training.recover.commit` swaps them in behind a journal; a rerun finishes or undoes an
+    interrupted swap (`training.recover.repair`) before AReaL looks.
+    """
+
+    def __init__(self, config: Any, ft_spec: Any, paths: RecoverPaths):
+        super().__init__(config, ft_spec)
+        self.paths = paths
+
+    @classmethod
+    def adopt(cls, handler: RecoverHandler, paths: RecoverPaths) -> AtomicRecoverHandler:
+        """The same handler state (frequency timers, last step) with atomic saves."""
+        new = cls(handler.config, handler.ft_spec, paths)
+        new.freq_ctl, new.last_step_info = handler.freq_ctl, handler.last_step_info
+        return new
+
+    def recover_info_path(self, *_: Any) -> str:  # type: ignore[override]
+        """Where `dump` writes the info files: the staging directory (`load` ran before adoption)."""
+        return str(staged(self.paths.info))
+
+    def _save_checkpoint(self, engine: Any, name: str = "default", tokenizer: Any = None,
+                         processor: Any = None, base_model_path: str | None = None) -> None:
+        live = Saver.get_recover_checkpoint_path(self.config.experiment_name, self.config.trial_name,
+                                                 self.config.fileroot, name=name)
+        path = staged(Path(live))
+        shutil.rmtree(path, ignore_errors=True)
+        engine.save(SaveLoadMeta(path=str(path), weight_format="dcp",
+                                 with_optim=not self.config.no_save_optim, tokenizer=tokenizer,
+                                 processor=processor, base_model_path=base_model_path))
+
+    def dump(self, engine: Any, step_info: Any, *args: Any, **kwargs: Any) -> None:
+        shutil.rmtree(staged(self.paths.info), ignore_errors=True)
+        start = time.perf_counter()
+        super().dump(engine, step_info, *args, **kwargs)
+        if self.last_step_info is not step_info:  # not due at this step
+            return
+        commit(self.paths, step_info.global_step)
+        logger.info("saved the recover state of step %d in %.1f s (%s)", step_info.global_step + 1,
+                    time.perf_counter() - start, self.paths.save_root)
+
+
+class Tau2InfEngine(RemoteInfEngine):
+    """AReaL's `RemoteInfEngine` whose agent workflows are `DropRejectedProxyWorkflow`s, grouped by
+    `PartialGroupWorkflow` (training/group.py). Other workflows (AReaL's own `RolloutWorkflow`s) resolve
+    as in AReaL."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.logger = logger  # AReaL sets its own in `initialize`
+
+    def _wrap_openai_agent(self, agent: Any, proxy_addr: str) -> RolloutWorkflow:
+        cfg = self.config.agent
+        if cfg.mode != "inline":
+            return super()._wrap_openai_agent(agent, proxy_addr)
+        return DropRejectedProxyWorkflow(
+            mode=cfg.mode, agent=agent, proxy_addr=proxy_addr, admin_api_key=cfg.admin_api_key,
+            discount=cfg.turn_discount, export_style=cfg.export_style,
+            subproc_max_workers=cfg.subproc_max_workers, proxy_gateway_addr=self._proxy_gateway_addr)
+
+    def _resolve_workflow(self, workflow: Any, workflow_kwargs: dict[str, Any] | None,
+                          group_size: int = 1, proxy_addr: str | None = None) -> RolloutWorkflow:
+        resolved = super()._resolve_workflow(workflow, workflow_kwargs, 1, proxy_addr=proxy_addr)
+        if group_size == 1:
+            return resolved
+        if isinstance(resolved, DropRejectedProxyWorkflow):
+            return PartialGroupWorkflow(resolved, group_size, self.logger)
+        return GroupedRolloutWorkflow(resolved, group_size, self.logger)
+
+
+class Tau2RolloutEngine:
+    """Put before AReaL's `RemoteSGLangEngine` / `RemotevLLMEngine` (which delegate everything to a
+    `RemoteInfEngine`): they delegate to a `Tau2InfEngine` with the backend of `rollout_backend`, and
+    creating one (in a rollout worker, and in the proxy process it forks) installs the served-prompt
+    rendering."""
+
+    _engine: RemoteInfEngine
+
+    def __init__(self, config: InferenceEngineConfig, *args: Any, **kwargs: Any):
+        require_areal(f"{type(self).__name__} (examples/tau2/training/trainer.py)")
+        super().__init__(config, *args, **kwargs)  # type: ignore[call-arg]
+        self._engine = Tau2InfEngine(config, self.rollout_backend(self._engine.backend))
+        install_from_env(self)
+
+    def rollout_backend(self, default: Any) -> Any:
+        """The server backend (AReaL's SGLang or vLLM backend by default)."""
+        return default
+
+
+class Tau2SGLangEngine(Tau2RolloutEngine, RemoteSGLangEngine):
+    """AReaL's SGLang rollout engine, rendering as `SERVING_ENGINE_ENV` says, with partial groups."""
+
+
+class Tau2vLLMEngine(Tau2RolloutEngine, RemotevLLMEngine):
+    """AReaL's vLLM rollout engine, rendering as `SERVING_ENGINE_ENV` says, with partial groups."""
+
+
+@dataclass(frozen=True)
+class Replacement:
+    """An AReaL name the project replaces (dotted paths, resolved by tests/training/test_trainer.py)."""
+
+    areal: str
+    """AReaL 1.0.4's name, e.g. `areal.trainer.rl_trainer.PPOTrainer.train`."""
+    by: str
+    """The project's name that replaces it."""
+    why: str
+    tests: tuple[str, ...]
+    """The test files that pin the replacement's behaviour."""
+
+
+_PPO = "areal.trainer.rl_trainer.PPOTrainer"
+_HERE = "examples.tau2.training.trainer"
+_OURS = f"{_HERE}.Tau2PPOTrainer"
+_GROUPS = "examples.tau2.compat.areal_groups"
+_SCHED = "examples.tau2.slurm.scheduler.Tau2SlurmScheduler"
+_PROXY = "areal.experimental.openai.proxy.workflow.OpenAIProxyWorkflow"
+_INF = "areal.infra.remote_inf_engine.RemoteInfEngine"
+_RECOVER = "areal.utils.recover.RecoverHandler"
+_SLURM = "areal.infra.scheduler.slurm.SlurmScheduler"
+_CPU = "examples.tau2.cpu.trainer"
+_ARCHON = "areal.experimental.engine.archon_engine.ArchonPPOActor"
+_ARCHON_ENGINE = "areal.experimental.engine.archon_engine.ArchonEngine"
+_RECOVER_TESTS = ("tests/training/test_recover.py", "tests/cpu/test_smoke_faults.py")
+_SLURM_TESTS = ("tests/slurm/test_scheduler.py", "tests/slurm/test_smoke_on_slurm.py")
+_TREE_TESTS = ("tests/compat/test_archon_tree_cpu.py",)
+
+REPLACED: tuple[Replacement, ...] = (
+    Replacement(f"{_PPO}.__init__", f"{_OURS}.__init__",
+                "the recover handler becomes AtomicRecoverHandler; the version is checked", _RECOVER_TESTS),
+    Replacement(f"{_PPO}._init_scheduler", f"{_OURS}._init_scheduler",
+                "scheduler.type=slurm builds Tau2SlurmScheduler", _SLURM_TESTS),
+    Replacement(f"{_PPO}._init_rollout", f"{_OURS}._init_rollout",
+                "the rollout engines below with the serving engine in their environment; no unused "
+                "evaluation rollout", ("tests/training/test_trainer.py", "tests/test_proxy_integration.py")),
+    Replacement(f"{_PPO}._create_dataloader", f"{_OURS}._create_dataloader",
+                "the curriculum draws the training tasks by solve rate",
+                ("tests/curriculum/test_sampler.py",)),
+    Replacement(f"{_PPO}._save_recover_checkpoint", f"{_OURS}._save_recover_checkpoint",
+                "deferred until the step's stats are committed", _RECOVER_TESTS),
+    Replacement(f"{_PPO}._export_and_commit_stats", f"{_OURS}._export_and_commit_stats",
+                "commits the stats, then makes the deferred recover save", _RECOVER_TESTS),
+    Replacement(f"{_PPO}.train", f"{_OURS}.train",
+                "watchdogs stop the run when a server dies or a SLURM job ends",
+                ("tests/training/test_recover.py", "tests/slurm/test_scheduler.py")),
+    Replacement(f"{_RECOVER}.__init__", f"{_HERE}.AtomicRecoverHandler.__init__",
+                "keeps the run's recover paths", _RECOVER_TESTS),
+    Replacement(f"{_RECOVER}.dump", f"{_HERE}.AtomicRecoverHandler.dump",
+                "saves are swapped in behind a journal", _RECOVER_TESTS),
+    Replacement(f"{_RECOVER}._save_checkpoint",
+                f"{_HERE}.AtomicRecoverHandler._save_checkpoint",
+                "the checkpoint is written to `<dir>.next`", _RECOVER_TESTS),
+    Replacement(f"{_RECOVER}.recover_info_path",
+                f"{_HERE}.AtomicRecoverHandler.recover_info_path",
+                "the info files are written to `<dir>.next`", _RECOVER_TESTS),
+    Replacement("areal.engine.sglang_remote.RemoteSGLangEngine.__init__",
+                f"{_HERE}.Tau2RolloutEngine.__init__",
+                "delegates to Tau2InfEngine and installs the served-prompt rendering",
+                ("tests/test_proxy_integration.py",)),
+    Replacement("areal.engine.vllm_remote.RemotevLLMEngine.__init__",
+                f"{_HERE}.Tau2RolloutEngine.__init__",
+                "delegates to Tau2InfEngine and installs the served-prompt rendering",
+                ("tests/cpu/test_smoke.py",)),
+    Replacement(f"{_INF}.__init__", f"{_HERE}.Tau2InfEngine.__init__",
+                "logs under the project's logger", ("tests/training/test_trainer.py",)),
+    Replacement(f"{_INF}._wrap_openai_agent", f"{_HERE}.Tau2InfEngine._wrap_openai_agent",
+                "an agent runs as DropRejectedProxyWorkflow", ("tests/compat/test_areal_groups.py",)),
+    Replacement(f"{_INF}._resolve_workflow", f"{_HERE}.Tau2InfEngine._resolve_workflow",
+                "a group of agent episodes runs as PartialGroupWorkflow",
+                ("tests/compat/test_areal_groups.py",)),
+    Replacement(f"{_PROXY}.__init__",
+                f"{_GROUPS}.DropRejectedProxyWorkflow.__init__",
+                "inline mode only", ("tests/compat/test_areal_groups.py",)),
+    Replacement(f"{_PROXY}.arun_episode",
+                f"{_GROUPS}.DropRejectedProxyWorkflow.arun_episode",
+                "a rejected episode returns None instead of failing its group",
+                ("tests/compat/test_areal_groups.py",)),
+    Replacement("areal.infra.remote_inf_engine.GroupedRolloutWorkflow.arun_episode",
+                f"{_GROUPS}.PartialGroupWorkflow.arun_episode",
+                "the group keeps the episodes that finished", ("tests/compat/test_areal_groups.py",)),
+    Replacement("areal.experimental.openai.client.apply_chat_template",
+                "examples.tau2.training.served_prompt.ServingTemplate",
+                "the proxy renders the prompt as the serving engine's chat server does",
+                ("tests/training/test_served_prompt.py", "tests/compat/test_areal_proxy_rendering.py")),
+    Replacement("areal.experimental.openai.client.AsyncCompletionsWithReward.create",
+                "examples.tau2.training.served_prompt.keeping_tool_choice",
+                "the request's tool_choice reaches the rendering", ("tests/training/test_served_prompt.py",)),
+    Replacement(f"{_SLURM}.__init__", f"{_SCHED}.__init__",
+                "a 1 s health check; a job registry", _SLURM_TESTS),
+    Replacement(f"{_SLURM}.n_gpus_per_node", f"{_SCHED}.n_gpus_per_node",
+                "a CPU-only cluster does not divide by zero", _SLURM_TESTS),
+    Replacement(f"{_SLURM}.create_workers", f"{_SCHED}.create_workers",
+                "a job no node can run is refused before sbatch; job ids recorded", _SLURM_TESTS),
+    Replacement(f"{_SLURM}._prepare_worker_specs",
+                f"{_SCHED}._prepare_worker_specs",
+                "the spec's own interpreter and PYTHONPATH", _SLURM_TESTS),
+    Replacement(f"{_SLURM}._generate_sbatch_script",
+                f"{_SCHED}._generate_sbatch_script",
+                "containers as configured, quoted environment, pipefail", _SLURM_TESTS),
+    Replacement(f"{_SLURM}._check_job_status",
+                f"{_SCHED}._check_job_status",
+                "a worker that dies at start fails the wait at once, naming it", _SLURM_TESTS),
+    Replacement(f"{_SLURM}._fork_single_worker", f"{_SCHED}._fork_single_worker",
+                "a forked worker (the proxy) runs the target worker's interpreter, not the controller's",
+                _SLURM_TESTS),
+    Replacement(f"{_SLURM}.delete_workers", f"{_SCHED}.delete_workers",
+                "jobs are cancelled in any state, and waited for", _SLURM_TESTS),
+    # The embedded CPU runtime only.
+    Replacement(f"{_PPO}._create_train_engine", f"{_CPU}.CpuPPOTrainer._create_train_engine",
+                "CPU: archon with the CPU tree path, or FSDP with one sequence per micro-batch",
+                ("tests/cpu/test_smoke.py",)),
+    Replacement(f"{_PPO}.__init__", f"{_CPU}.CpuPPOTrainer.__init__",
+                "CPU: stats.jsonl, and the per-step parity check", ("tests/cpu/test_smoke.py",)),
+    Replacement("areal.engine.vllm_remote.VLLMBackend.launch_server", f"{_CPU}.CpuvLLMBackend.launch_server",
+                "CPU: the vLLM server runs in the vLLM venv", ("tests/compat/test_vllm_cpu_server.py",)),
+    Replacement("areal.engine.fsdp_engine.FSDPEngine._prepare_mb_list",
+                f"{_CPU}.OneSequencePerMicroBatch._prepare_mb_list",
+                "CPU: sdpa has no varlen mask, so one sequence per micro-batch",
+                ("tests/cpu/test_standalone_actor.py",)),
+    Replacement("areal.utils.stats_logger.StatsLogger.commit", f"{_CPU}.JsonlStatsLogger.commit",
+                "CPU: each step also goes to stats.jsonl", ("tests/cpu/test_cpu_trainer.py",)),
+    Replacement("areal.trainer.sft_trainer.SFTTrainer.__init__",
+                "examples.tau2.cpu.sft_trainer.CpuSFTTrainer.__init__",
+                "CPU: stats.jsonl", ("tests/sft/test_train.py",)),
+    Replacement("areal.trainer.sft_trainer.SFTTrainer._create_actor",
+                "examples.tau2.cpu.sft_trainer.CpuSFTTrainer._create_actor",
+                "CPU: one sequence per micro-batch", ("tests/sft/test_train.py",)),
+    *(Replacement(f"{owner}.{name}", f"examples.tau2.compat.archon_tree_cpu.CpuArchonPPOActor.{name}",
+                  "CPU: archon's tree training without flex attention", _TREE_TESTS)
+      for owner, names in ((_ARCHON, ("__init__", "compute_logp")),
+                           (_ARCHON_ENGINE, ("_create_model_structure", "_prepare_mb_list", "initialize",
+                                             "_gather_actor_train_outputs", "_gather_actor_forward_output")))
+      for name in names),
+    Replacement("areal.experimental.engine.archon_runner.SequentialRunner.run",
+                "examples.tau2.compat.archon_tree_cpu.DenseTreeRunner.run",
+                "CPU: each tree micro-batch gets a dense tree mask for SDPA", _TREE_TESTS),
+)
+"""Every AReaL name the project replaces; tests/training/test_trainer.py checks it is complete."""

@@ -1,0 +1,125 @@
+"""Watchdogs that end a training run which can no longer train, instead of letting it stall.
+
+AReaL 1.0.4 watches neither its inference servers nor (on SLURM) its workers' jobs: when a server dies
+every episode is rejected (`policy_endpoint`) and the rollout draws new groups forever, its log growing by
+megabytes a minute (measured on CPU: bench/RESULTS.md, "Failures during the smoke run"); when a job is
+cancelled the controller waits on it. `Tau2PPOTrainer.train` runs two watchdogs around AReaL's loop:
+
+- `ServerWatchdog` connects to each inference server every few seconds; after `dead_after_s` of refused
+  connections it stops the run, naming the server, so that the rerun (which resumes) starts a fresh one.
+- a `Watchdog` over `Tau2SlurmScheduler.ended_job` asks SLURM whether each job of the workers still runs;
+  a cancelled, failed or node-lost job stops the run, naming the job, its role, state and node.
+
+A watchdog interrupts the main thread; if that does not end the run within a minute (SIGINT is ignored in
+jobs started with `&` by a non-interactive shell), it stops the child processes and exits with status 1.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable
+
+logger = logging.getLogger("tau2_areal.recover")
+
+class InferenceServerDied(RuntimeError):
+    """An inference server stopped accepting connections during training."""
+
+
+class WorkerJobEnded(RuntimeError):
+    """A SLURM job of the run's workers ended (cancelled, failed, node lost) during training."""
+
+
+def interrupt_main_thread() -> None:
+    """SIGINT to the main thread: wakes it from a blocking wait (`_thread.interrupt_main` would not)."""
+    ident = threading.main_thread().ident
+    if ident is not None:
+        signal.pthread_kill(ident, signal.SIGINT)
+
+
+def accepts_connections(host: str, port: int, timeout_s: float = 5.0) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+class Watchdog:
+    """While active, calls `probe()` every `poll_s`; the first time it returns a sentence (the run cannot
+    go on), logs it and interrupts the main thread (`failure` says why). If the run is still inside the
+    watched block `exit_after_s` later (a process started in the background by a non-interactive shell
+    inherits SIGINT ignored, and a wait may swallow the interrupt), it stops every child process and exits
+    the process with status 1: a dead part of the run must end it, never stall it."""
+
+    def __init__(self, probe: Callable[[], str], poll_s: float = 5.0, exit_after_s: float = 60.0,
+                 name: str = "tau2-watchdog"):
+        self.probe, self.poll_s, self.exit_after_s = probe, poll_s, exit_after_s
+        self.failure = ""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True, name=name)
+
+    def __enter__(self) -> Watchdog:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+
+    def _watch(self) -> None:
+        while not self._stop.wait(self.poll_s):
+            try:
+                failure = self.probe()
+            except Exception as e:  # a probe that cannot look (e.g. SLURM busy) is not a failure of the run
+                logger.warning("%s could not check the run: %s: %s", self._thread.name, type(e).__name__, e)
+                continue
+            if not failure or self._stop.is_set():
+                continue
+            self.failure = failure
+            logger.error("%s", failure)
+            interrupt_main_thread()
+            if not self._stop.wait(self.exit_after_s):
+                exit_now(f"the run did not stop within {self.exit_after_s:.0f} s of the interrupt; "
+                         f"exiting: {failure}")
+            return
+
+
+class ServerWatchdog(Watchdog):
+    """A `Watchdog` that connects to each `(host, port)` every `poll_s` and fails once one has refused
+    connections for `dead_after_s`."""
+
+    def __init__(self, addresses: list[tuple[str, int]], dead_after_s: float, poll_s: float = 5.0,
+                 exit_after_s: float = 60.0):
+        super().__init__(self._dead_server, poll_s, exit_after_s, name="tau2-server-watchdog")
+        self.addresses, self.dead_after_s = addresses, dead_after_s
+        self._down_since: dict[tuple[str, int], float] = {}
+
+    def __enter__(self) -> ServerWatchdog:
+        if self.addresses:
+            super().__enter__()
+        return self
+
+    def _dead_server(self) -> str:
+        for host, port in self.addresses:
+            if accepts_connections(host, port):
+                self._down_since.pop((host, port), None)
+                continue
+            since = self._down_since.setdefault((host, port), time.monotonic())
+            if time.monotonic() - since >= self.dead_after_s:
+                return (f"the inference server at {host}:{port} has refused connections for "
+                        f"{time.monotonic() - since:.0f} s (it died); rerun the same command to resume from "
+                        "the last saved step")
+        return ""
+
+
+def exit_now(message: str) -> None:
+    """Log `message`, stop every child process, exit with status 1 (from any thread)."""
+    from examples.tau2.runtime.process import hard_exit, stop_descendants
+
+    logger.error("%s", message)
+    stop_descendants()
+    hard_exit(1)
+

@@ -1,0 +1,180 @@
+"""training/trainer.py: the one layer over AReaL. Its table of replaced AReaL names is complete and true,
+and the rollout it builds carries the served-prompt rendering to the workers."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from examples.tau2.compat import AREAL_RELEASE, UnsupportedVersion
+from examples.tau2.training.served_prompt import PARITY_RECORD_ENV, SERVING_ENGINE_ENV
+from examples.tau2.training.trainer import REPLACED, Tau2PPOTrainer, Tau2SGLangEngine, Tau2vLLMEngine
+from tests.tau2_train_support import load
+
+REPO = Path(__file__).resolve().parents[2]
+
+PROJECT_CLASSES = (
+    "examples.tau2.training.trainer.Tau2PPOTrainer",
+    "examples.tau2.training.trainer.AtomicRecoverHandler",
+    "examples.tau2.training.trainer.Tau2InfEngine",
+    "examples.tau2.training.trainer.Tau2SGLangEngine",
+    "examples.tau2.training.trainer.Tau2vLLMEngine",
+    "examples.tau2.compat.areal_groups.DropRejectedProxyWorkflow",
+    "examples.tau2.compat.areal_groups.PartialGroupWorkflow",
+    "examples.tau2.slurm.scheduler.Tau2SlurmScheduler",
+    "examples.tau2.cpu.trainer.CpuPPOTrainer",
+    "examples.tau2.cpu.trainer.CpuvLLMBackend",
+    "examples.tau2.cpu.trainer.CpuvLLMEngine",
+    "examples.tau2.cpu.trainer.OneSequencePerMicroBatchActor",
+    "examples.tau2.cpu.trainer.JsonlStatsLogger",
+    "examples.tau2.cpu.sft_trainer.CpuSFTTrainer",
+    "examples.tau2.cpu.sft_trainer.OneSequencePerMicroBatchLMEngine",
+    "examples.tau2.cpu.sft_trainer.SftStatsLogger",
+    "examples.tau2.compat.archon_tree_cpu.CpuArchonPPOActor",
+    "examples.tau2.compat.archon_tree_cpu.DenseTreeRunner",
+)
+"""Every project class that subclasses an AReaL class (the test below finds any other in the package)."""
+
+
+def resolve(dotted: str) -> Any:
+    """The object a dotted path names: the longest importable module, then attributes."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            value = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for name in parts[cut:]:
+            value = inspect.getattr_static(value, name) if inspect.isclass(value) else getattr(value, name)
+        return value
+    raise ImportError(dotted)
+
+
+def qualified(cls: type, name: str) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}.{name}"
+
+
+def replaced_names(cls: type) -> set[tuple[str, str]]:
+    """(AReaL name, project name) for every attribute a project class in `cls`'s MRO defines over one of
+    the AReaL classes after it."""
+    pairs = set()
+    mro = cls.__mro__
+    for i, ours in enumerate(mro):
+        if not ours.__module__.startswith("examples."):
+            continue
+        for name, value in ours.__dict__.items():
+            if name.startswith("__") and name != "__init__" or not callable(getattr(value, "fget", value)) \
+                    and not isinstance(value, (classmethod, staticmethod)):
+                continue
+            areal = next((base for base in mro[i + 1:]
+                          if base.__module__.startswith("areal.") and name in base.__dict__), None)
+            if areal is not None:
+                pairs.add((qualified(areal, name), qualified(ours, name)))
+    return pairs
+
+
+def test_the_table_lists_every_areal_name_a_project_class_replaces():
+    listed = {(r.areal, r.by) for r in REPLACED}
+    found = set().union(*(replaced_names(resolve(path)) for path in PROJECT_CLASSES))
+    assert sorted(found - listed) == [], "replaced but not in training/trainer.py's REPLACED"
+    module_level = {(r.areal, r.by) for r in REPLACED if ".served_prompt." in r.by}  # not class attributes
+    assert sorted(listed - found - module_level) == [], "listed but no project class replaces it"
+
+
+def test_every_project_subclass_of_an_areal_class_is_checked_above():
+    """A new subclass of an AReaL class anywhere in the package must join PROJECT_CLASSES (so the table)."""
+    import pkgutil
+
+    import examples.tau2 as package
+
+    found = set()
+    for module_info in pkgutil.walk_packages(package.__path__, "examples.tau2."):
+        if module_info.name.endswith(("vllm_cpu_server", "vllm_cpu_worker")):  # the vLLM venv's modules
+            continue
+        module = importlib.import_module(module_info.name)
+        for value in vars(module).values():
+            if (inspect.isclass(value) and value.__module__ == module.__name__
+                    and not dataclasses.is_dataclass(value)  # config schemas: training/config.py
+                    and any(b.__module__.startswith("areal.") for b in value.__mro__[1:])):
+                found.add(f"{value.__module__}.{value.__qualname__}")
+    mixins_with_their_engine = {"examples.tau2.training.trainer.Tau2RolloutEngine",
+                                "examples.tau2.cpu.trainer.OneSequencePerMicroBatch"}
+    assert sorted(found - set(PROJECT_CLASSES) - mixins_with_their_engine) == []
+
+
+def called_with(attribute: Any) -> tuple[list[str], bool]:
+    """The positional parameters a caller passes to a class attribute (without self/cls), and whether
+    it takes `*args`."""
+    function, bound = attribute, True
+    if isinstance(attribute, property):
+        function = attribute.fget
+    elif isinstance(attribute, (staticmethod, classmethod)):
+        function, bound = attribute.__func__, isinstance(attribute, classmethod)
+    params = list(inspect.signature(function).parameters.values())[1 if bound else 0:]
+    return ([p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)],
+            any(p.kind is p.VAR_POSITIONAL for p in params))
+
+
+@pytest.mark.parametrize("row", REPLACED, ids=lambda r: ".".join(r.by.rsplit(".", 2)[-2:]))
+def test_each_row_names_an_areal_name_and_its_tests_exist(row):
+    areal, ours = resolve(row.areal), resolve(row.by)
+    assert row.why and row.tests and all((REPO / test).is_file() for test in row.tests), row.tests
+    owner = resolve(row.areal.rsplit(".", 1)[0])
+    if not inspect.isclass(owner) or row.areal.endswith(".__init__"):
+        return  # module names (served_prompt.py tests them); constructors AReaL never calls with its own args
+    # The override takes what AReaL passes: the same positional parameters, or *args after a prefix of them.
+    (areal_args, _), (our_args, takes_any) = called_with(areal), called_with(ours)
+    if takes_any:
+        assert areal_args[:len(our_args)] == our_args, (row.areal, row.by)
+    else:
+        assert our_args == areal_args, (row.areal, row.by)
+
+
+def test_another_areal_release_is_refused_at_construction(monkeypatch):
+    from examples.tau2 import compat
+
+    monkeypatch.setattr(compat, "installed_version", lambda package: "9.9.9")
+    with pytest.raises(UnsupportedVersion, match=rf"mirrors areal {AREAL_RELEASE}, but areal 9.9.9"):
+        Tau2PPOTrainer(SimpleNamespace())
+
+
+class _Controller:
+    """Stands in for the rollout controller AReaL's `as_controller` returns: records what it was given."""
+
+    def __init__(self, config: Any, scheduler: Any):
+        self.config, self.scheduler, self.init_kwargs = config, scheduler, None
+        self.server_infos = ["server"]
+
+    def initialize(self, **kwargs: Any) -> None:
+        self.init_kwargs = kwargs
+
+
+@pytest.mark.parametrize("backend,engine_class,serving", [("sglang", Tau2SGLangEngine, "sglang"),
+                                                          ("vllm", Tau2vLLMEngine, "vllm")])
+def test_the_rollout_workers_get_the_serving_engine_and_no_unused_evaluation_rollout(
+        monkeypatch, tmp_path, backend, engine_class, serving):
+    config = load(f"cluster.fileroot={tmp_path}").config
+    monkeypatch.setattr(engine_class, "as_controller", classmethod(lambda cls, c, s: _Controller(c, s)))
+    trainer = Tau2PPOTrainer.__new__(Tau2PPOTrainer)  # __init__ would start a cluster
+    trainer.config, trainer.scheduler, trainer.parity_record_dir = config, "the scheduler", str(tmp_path)
+    parallel = SimpleNamespace(tp_size=1, pp_size=1)
+    trainer.rollout_alloc = SimpleNamespace(backend=backend, parallel=parallel)
+    rollout = trainer._init_rollout(config.rollout)
+    assert rollout.scheduler == "the scheduler" and rollout.init_kwargs["role"] == "rollout"
+    specs = rollout.config.scheduling_spec
+    assert all(spec.env_vars[SERVING_ENGINE_ENV] == serving for spec in specs)
+    assert all(spec.env_vars[PARITY_RECORD_ENV] == str(tmp_path) for spec in specs)
+    assert not any(SERVING_ENGINE_ENV in (spec.env_vars or {}) for spec in config.rollout.scheduling_spec)
+    trainer.rollout, trainer.valid_dataloader = rollout, None
+    assert trainer._init_rollout(config.rollout, is_eval=True) is None  # nothing would ever validate
+    trainer.valid_dataloader = "validates"
+    evaluation = trainer._init_rollout(config.rollout, is_eval=True)
+    assert evaluation.init_kwargs == {
+        "role": "eval-rollout", "server_args": rollout.init_kwargs["server_args"], "server_infos": ["server"]}
+    assert all(spec.gpu == 0 for spec in evaluation.config.scheduling_spec)
