@@ -30,13 +30,14 @@ from pathlib import Path
 from areal.engine.sglang_remote import RemoteSGLangEngine
 from areal.infra.rpc.rtensor import RTensor
 
-from examples.tau2.compat.areal_serving import AREAL_RENDERING, SERVING_ENGINE_ENV, ServingSGLangEngine
 from examples.tau2.cpu.scripted_endpoint import EndpointThread
 from examples.tau2.cpu.scripted_sglang import TASK, ScriptedSGLang, rollout_config, rollout_controller
 from examples.tau2.runtime.logs import setup_runtime
 from examples.tau2.tau2_train import WORKFLOW
+from examples.tau2.training.served_prompt import AREAL_RENDERING, SERVING_ENGINE_ENV
+from examples.tau2.training.trainer import Tau2SGLangEngine
 
-ENGINES = {"areal": RemoteSGLangEngine, "partial": ServingSGLangEngine}
+ENGINES = {"areal": RemoteSGLangEngine, "partial": Tau2SGLangEngine}
 TURNS_PER_EPISODE = 2
 """The scripted episode: a tool call, then the closing reply; one training row each."""
 
