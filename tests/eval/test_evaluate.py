@@ -460,12 +460,16 @@ def test_training_config_episode_settings_are_used():
     assert {k: getattr(plan.env, k) for k in used} == {k: econfig[k] for k in used}
     assert plan.env.agent_model == "p" and plan.env.dump_dir == "/tmp/x/dumps"
     assert plan.env.temperature == 1.0  # the training temperature (actor.temperature), as training samples
+    # The other derived settings from where training takes them too (gconfig).
+    assert (plan.env.top_p, plan.env.max_completion_tokens) == (1.0, 2048)
+    shorter = parse("--config", str(TRAINING_CONFIG), "--config-override", "gconfig.max_new_tokens=300")
+    assert shorter.env.max_completion_tokens == 300
 
 
 @pytest.mark.parametrize("text,temperature", [
     ("gconfig: {temperature: 0.8}\nactor: {temperature: '${gconfig.temperature}'}\n", 0.8),
     ("gconfig: {temperature: 0.8}\nactor: {temperature: 0.6}\n", 0.6),  # the trainer's is the truth
-    ("gconfig: {temperature: 0.8}\n", 0.8),
+    ("gconfig: {temperature: 0.8}\n", 1.0),  # training samples at actor.temperature (AReaL's default 1.0)
     ("gconfig: {temperature: 0.8}\nactor: {temperature: 0.6}\neconfig: {temperature: 0.3}\n", 0.3),
     ("actor: {lr: 1}\n", 1.0),  # no temperature anywhere: Tau2EnvConfig's default
 ])

@@ -121,14 +121,15 @@ def _judged_retail_tasks(n: int) -> list[str]:
     return [t for t in ids if tau2_judge.needs_judge(tau2_domain.get_task("retail", t))][:n]
 
 
-def test_retail_s_llm_judged_tasks_are_judged_by_the_configured_endpoint(endpoint, tmp_path):
-    """The judge endpoint gets tau2's own prompt; its verdicts decide the NL component and are kept in
-    the result and the dump, with the judge's latency."""
+def test_retail_s_llm_judged_tasks_are_judged_by_the_configured_endpoint(endpoint, tmp_path, monkeypatch):
+    """The judge endpoint gets tau2's own prompt, with the key from `judge_api_key_env`; its verdicts decide
+    the NL component and are kept in the result and the dump, with the judge's latency."""
     judged = _judged_retail_tasks(3)
     assert len(judged) == 3
+    monkeypatch.setenv("MY_JUDGE_KEY", "sk-judge-secret")
     for task_id in judged:
         wf = make_workflow(endpoint, "oracle", judge_base_url=endpoint.url, judge_model="judge",
-                           dump_dir=str(tmp_path / "agree"))
+                           judge_api_key_env="MY_JUDGE_KEY", dump_dir=str(tmp_path / "agree"))
         result = run_one(wf, endpoint, "retail", task_id)
         assert result.tau2_reward == 1.0 and result.reward_breakdown["NL_ASSERTION"] == 1.0
         assert result.nl_assertions and all(v["met"] for v in result.nl_assertions)
@@ -136,6 +137,7 @@ def test_retail_s_llm_judged_tasks_are_judged_by_the_configured_endpoint(endpoin
         request = next(r for r in reversed(endpoint.endpoint.recent) if r.model == "judge")
         assert "expectedOutcomes:" in request.body["messages"][-1]["content"]
         assert request.body["temperature"] == 0.0  # tau2's judge sampling args, passed on
+        assert request.headers["Authorization"] == "Bearer sk-judge-secret"
     dumped = [json.loads(p.read_text()) for p in (tmp_path / "agree").rglob("*.json")]
     assert len(dumped) == 3 and all(d["nl_assertions"] for d in dumped)
 

@@ -24,6 +24,18 @@ def test_setup_runtime_filters_tau2_records_only(capfd):
     err = capfd.readouterr().err
     assert "shown-warning" in err and "hidden-debug" not in err and "hidden-error" not in err
     assert "other-debug" in err and err.count("other-once") == 1
-    with pytest.raises(ValueError, match="is not a loguru level"):
+    with pytest.raises(ValueError, match="^tau2_log_level 'LOUD' is not one of TRACE, DEBUG, INFO, SUCCESS, "
+                                         "WARNING, ERROR, CRITICAL, OFF$"):
         setup_runtime("LOUD")
     setup_runtime("ERROR")
+
+
+def test_setup_runtime_lets_yaml_write_a_choice_as_its_string():
+    """AReaL records the run's config with `yaml.dump`: an enumerated setting reads as the YAML gave it."""
+    import yaml
+
+    from examples.tau2.tau2_utils import Domain, RewardBaseline
+
+    setup_runtime("ERROR")
+    assert yaml.dump({"reward_baseline": RewardBaseline.group_mean, "mix": {Domain.retail: 1.0}}) == (
+        "mix:\n  retail: 1.0\nreward_baseline: group_mean\n")

@@ -9,8 +9,15 @@ from areal.api.cli_args import GenerationHyperparameters, PPOActorConfig, load_e
 
 from examples.tau2.tau2_agent import Tau2AgentWorkflow
 from examples.tau2.tau2_train import workflow_kwargs
-from examples.tau2.tau2_utils import Tau2EnvConfig
-from examples.tau2.training.config import ConfigError, Tau2PPOConfig, Tau2TrainEnvConfig, load_config
+from examples.tau2.tau2_utils import Choice, Domain, RewardBaseline, Tau2EnvConfig, Tau2LogLevel
+from examples.tau2.training.config import (
+    DERIVED_EPISODE_FIELDS,
+    ConfigError,
+    ServingEngineChoice,
+    Tau2PPOConfig,
+    Tau2TrainEnvConfig,
+    load_config,
+)
 from tests.tau2_train_support import CONFIG, load
 
 
@@ -19,9 +26,9 @@ def test_default_config_loads():
     assert isinstance(config, Tau2PPOConfig)
     assert (config.rollout.backend, config.actor.backend, config.ref) == ("sglang:d4", "archon:d2", None)
     assert config.econfig.domain_weights() == {"airline": 1.0}
-    # An interpolation ties the per-turn limit to AReaL's own knob; the group size and the sampling
-    # temperature are derived from gconfig.n_samples and actor.temperature (Tau2PPOConfig.__post_init__).
-    assert config.econfig.max_completion_tokens == config.gconfig.max_new_tokens
+    # The derived episode settings follow AReaL's own (Tau2PPOConfig.__post_init__).
+    assert config.econfig.max_completion_tokens == config.gconfig.max_new_tokens == 2048
+    assert config.econfig.top_p == config.gconfig.top_p
     assert config.econfig.temperature == config.gconfig.temperature == config.actor.temperature
     assert config.econfig.group_size == config.gconfig.n_samples
     # The controller's tau2 travels to every rollout worker, which refuses another (tests/test_tau2_agent.py).
@@ -125,18 +132,24 @@ def test_econfig_holds_every_episode_field_and_builds_the_workflow():
     assert Tau2AgentWorkflow(**kwargs).config.max_completion_tokens == econfig.max_completion_tokens
 
 
-def test_group_size_and_temperature_are_derived_from_the_settings_they_must_equal(tmp_path):
-    """A GRPO group is gconfig.n_samples episodes, and the trainer recomputes the sampled logprobs at
-    actor.temperature: the episodes take both from there instead of being checked against them."""
+def test_derived_episode_settings_are_filled_in_from_the_settings_they_must_equal(tmp_path):
+    """A GRPO group is gconfig.n_samples episodes, the trainer recomputes the sampled logprobs at
+    actor.temperature, and gconfig's top_p and per-turn limit are the run's: the episodes take all four
+    from there (validation episodes from eval_gconfig) instead of being checked against them."""
     from omegaconf import OmegaConf
 
-    assert {"group_size", "temperature"}.isdisjoint(OmegaConf.load(CONFIG).econfig)  # no knob to set
-    config = load("gconfig.n_samples=6", "actor.temperature=0.7").config
+    assert set(DERIVED_EPISODE_FIELDS) == {"group_size", "temperature", "top_p", "max_completion_tokens"}
+    assert set(DERIVED_EPISODE_FIELDS).isdisjoint(OmegaConf.load(CONFIG).econfig)  # no knob to set
+    config = load("gconfig.n_samples=6", "actor.temperature=0.7", "gconfig.top_p=0.9",
+                  "gconfig.max_new_tokens=300", "eval_gconfig.max_new_tokens=400").config
     assert (config.econfig.group_size, config.econfig.temperature) == (6, 0.7)
+    assert (config.econfig.top_p, config.econfig.max_completion_tokens) == (0.9, 300)
     assert config.gconfig.temperature == 1.0  # actor.temperature is the truth, not gconfig's
     train, evaluation = workflow_kwargs(config)
-    assert (train["group_size"], train["temperature"]) == (6, 0.7)
-    assert (evaluation["group_size"], evaluation["temperature"]) == (1, 0.6)  # eval_gconfig's, as before
+    assert (train["group_size"], train["temperature"], train["top_p"], train["max_completion_tokens"]) == (
+        6, 0.7, 0.9, 300)
+    assert (evaluation["group_size"], evaluation["temperature"], evaluation["top_p"],
+            evaluation["max_completion_tokens"]) == (1, 0.6, 0.95, 400)  # eval_gconfig's
     following = load("gconfig.temperature=0.8").config  # actor.temperature: ${gconfig.temperature}
     assert following.econfig.temperature == following.actor.temperature == 0.8
     # AReaL's own loader (OmegaConf.to_object) derives them too, and so does a config built in Python.
@@ -150,20 +163,31 @@ def test_group_size_and_temperature_are_derived_from_the_settings_they_must_equa
     # A value set on purpose is kept as given: validation refuses it if it contradicts its source.
     assert load("++econfig.group_size=4").config.econfig.group_size == 4
     assert load("++econfig.temperature=0.5").config.econfig.temperature == 0.5
+    assert load("++econfig.max_completion_tokens=64").config.econfig.max_completion_tokens == 64
+    assert load("++econfig.max_completion_tokens=64").config.derivation_errors() == [
+        "econfig.max_completion_tokens=64 contradicts gconfig.max_new_tokens=2048, which it follows when "
+        "left unset (the run's per-turn limit is gconfig's, and the episodes send it with every request); "
+        "drop the key"]
+    assert load("++econfig.top_p=1.0", "++econfig.group_size=8").config.derivation_errors() == []
 
 
 def test_econfig_defers_validation_and_reports_every_problem():
     econfig = Tau2TrainEnvConfig(domain="airline", mix={"nowhere": 0.0}, solo_mode=True, max_steps=0,
-                                 train_split="")
+                                 train_split="", serving_engine="trtllm", reward_baseline="best")
     errors = econfig.validate()  # constructing did not raise
     expected = ["max_steps and max_errors must be positive", "set exactly one of econfig.domain",
-                "unknown tau2 domain(s) nowhere", "mix weights must be positive", "train_split must be set"]
+                "econfig.mix key 'nowhere' is not one of airline, retail, telecom, mock",
+                "mix weights must be positive", "train_split must be set",
+                "econfig.serving_engine 'trtllm' is not one of auto, sglang, vllm, areal",
+                "econfig: reward_baseline 'best' is not one of none, group_mean"]
     for fragment in expected:
         assert sum(fragment in e for e in errors) == 1, (fragment, errors)
     solo = Tau2TrainEnvConfig(domain="airline", solo_mode=True)
     assert solo.choice_errors() == [
         "econfig: solo_mode needs domains with tickets (telecom, mock); airline have none"]
     assert Tau2TrainEnvConfig(domain=None, mix={"telecom": 1}, solo_mode=True).validate() == []
+    assert Tau2TrainEnvConfig(domain="banking").choice_errors() == [
+        "econfig.domain 'banking' is not one of airline, retail, telecom, mock"]
 
 
 @pytest.mark.parametrize("key", ["0f3a9c", "a'b\\c=d,e f", "ends\\", "${oc.env:HOME}", "x\\'y", "[1, 2]"])
@@ -200,6 +224,44 @@ def test_a_value_of_the_wrong_type_is_named_by_its_key(override, expected):
     with pytest.raises(ConfigError) as e:
         load(override)
     assert str(e.value) == expected
+
+
+DOMAINS_TEXT = "airline, retail, telecom, mock"
+
+
+@pytest.mark.parametrize(("override", "expected"), [
+    ("econfig.reward_baseline=best", "econfig.reward_baseline 'best' is not one of none, group_mean"),
+    ("econfig.serving_engine=trtllm",
+     "econfig.serving_engine 'trtllm' is not one of auto, sglang, vllm, areal"),
+    ("econfig.tau2_log_level=loud",
+     "econfig.tau2_log_level 'loud' is not one of TRACE, DEBUG, INFO, SUCCESS, WARNING, ERROR, CRITICAL, "
+     "OFF"),
+    ("econfig.domain=banking", f"econfig.domain 'banking' is not one of {DOMAINS_TEXT}"),
+    ("econfig.mix={airline:1,banking:1}", f"econfig.mix key 'banking' is not one of {DOMAINS_TEXT}"),
+])
+def test_a_value_outside_a_settings_choices_fails_while_loading(override, expected):
+    """Before anything starts, and in the words a config built in Python gets from validate()."""
+    with pytest.raises(ConfigError) as e:
+        load(override)
+    assert str(e.value) == f"invalid config: {expected}"
+
+
+def test_enumerated_settings_load_as_their_choice():
+    econfig = load("econfig.reward_baseline=group_mean", "econfig.serving_engine=vllm", "econfig.domain=null",
+                   "econfig.mix={airline:2,telecom:1}", "econfig.tau2_log_level=OFF").config.econfig
+    assert econfig.reward_baseline is RewardBaseline.group_mean
+    assert econfig.serving_engine is ServingEngineChoice.vllm and econfig.tau2_log_level is Tau2LogLevel.OFF
+    assert list(econfig.mix) == [Domain.airline, Domain.telecom]
+    assert econfig.domain_weights() == {"airline": 2.0, "telecom": 1.0}
+    assert all(type(d) is str for d in econfig.domain_weights())  # dataset rows carry plain strings
+
+
+def test_every_choice_names_its_members_by_their_values():
+    """OmegaConf reads an enum setting by member name: a member named otherwise could not be given."""
+    kinds = Choice.__subclasses__()
+    assert {Domain, RewardBaseline, Tau2LogLevel, ServingEngineChoice} <= set(kinds)
+    for kind in kinds:
+        assert [member.name for member in kind] == list(kind.values()), kind
 
 
 def test_malformed_yaml_is_one_sentence_with_its_line(tmp_path):

@@ -49,7 +49,6 @@ ONE_ERROR = [
     (["econfig.user_model="], "econfig: user_base_url and user_model must be set"),
     (["econfig.mix={retail:1}"], "set exactly one of econfig.domain"),
     (["econfig.domain=null"], "set exactly one of econfig.domain"),
-    (["econfig.domain=banking"], "unknown tau2 domain(s) banking"),
     (["econfig.domain=null", "econfig.mix={airline:1,retail:0}"], "mix weights must be positive"),
     (["econfig.solo_mode=true"], "solo_mode needs domains with tickets"),
     (["econfig.train_split="], "train_split must be set"),
@@ -65,16 +64,17 @@ ONE_ERROR = [
     (["rollout.agent.mode=subproc"], "rollout.agent.mode must be inline"),
     (["++econfig.group_size=4"], "econfig.group_size=4 contradicts gconfig.n_samples=8, "
      "which it follows when left unset"),
-    (["econfig.reward_baseline=best"], "reward_baseline 'best' is not one of none, group_mean"),
+    (["econfig.reward_baseline=group_mean", "gconfig.n_samples=1", "econfig.drop_uniform_groups=false"],
+     "econfig: reward_baseline group_mean needs groups of at least 2 episodes (gconfig.n_samples)"),
     (["actor.adv_norm.mean_level=group"], "actor.adv_norm uses group-level statistics"),
     (["++econfig.temperature=0.7"], "econfig.temperature=0.7 contradicts actor.temperature=1, "
      "which it follows when left unset"),
     (["econfig.policy_seed=true"], "econfig.policy_seed is for evaluation"),
-    (["econfig.top_p=0.9"], "econfig.top_p=0.9: training samples must come from the full distribution"),
-    (["gconfig.top_p=0.95"], "econfig.top_p=0.95: training samples must come from the full distribution"),
-    (["gconfig.top_p=0.95", "econfig.top_p=1.0"], "gconfig.top_p=0.95: training samples must come from"),
+    (["++econfig.top_p=0.9"], "econfig.top_p=0.9 contradicts gconfig.top_p=1, which it follows when left"),
+    (["gconfig.top_p=0.95"], "gconfig.top_p=0.95: training samples must come from the full distribution"),
+    (["++econfig.max_completion_tokens=512"],
+     "econfig.max_completion_tokens=512 contradicts gconfig.max_new_tokens=2048, which it follows"),
     (["++gconfig.top_k=50"], "gconfig.top_k=50: training samples must come from the full distribution"),
-    (["econfig.serving_engine=trtllm"], "econfig: serving_engine='trtllm' is not one of auto, sglang, vllm"),
     (["actor.kl_ctl=0.05"], "actor.kl_ctl=0.05 needs a ref section"),
     (["actor.optimizer.lr_scheduler_type=cosine", "++total_train_steps=6"],
      "lr_scheduler_type=cosine decays over total_train_epochs x steps per epoch = 50 x 2 = 100 steps"),
@@ -87,11 +87,22 @@ ONE_ERROR = [
 
 
 def test_derived_episode_settings_pass_and_a_restatement_is_not_a_problem(clean):
-    """econfig.group_size and econfig.temperature follow gconfig.n_samples and actor.temperature, so
+    """The derived episode settings follow their sources (training.config.DERIVED_EPISODE_FIELDS), so
     changing those alone is no problem; setting the derived ones explicitly is one only if they differ."""
-    assert errors_for(clean, "gconfig.n_samples=4", "actor.temperature=0.7") == []
-    assert errors_for(clean, "gconfig.n_samples=4", "++econfig.group_size=4",
-                      "++econfig.temperature=1.0") == []
+    assert errors_for(clean, "gconfig.n_samples=4", "actor.temperature=0.7",
+                      "gconfig.max_new_tokens=512") == []
+    assert errors_for(clean, "gconfig.n_samples=4", "++econfig.group_size=4", "++econfig.temperature=1.0",
+                      "++econfig.top_p=1", "gconfig.max_new_tokens=512",
+                      "++econfig.max_completion_tokens=512") == []
+    # A source that no run can start with is named once, by its own key: the value it gives is not checked.
+    assert errors_for(clean, "gconfig.top_p=0.95", "++econfig.top_p=0.95") == [
+        "gconfig.top_p=0.95: training samples must come from the full distribution the trainer recomputes "
+        "(top_p 1); truncate only in evaluation (eval_gconfig.top_p)"]
+    assert errors_for(clean, "gconfig.top_p=0.95", "++econfig.top_p=1.0") == [
+        "econfig.top_p=1 contradicts gconfig.top_p=0.95, which it follows when left unset (the run samples "
+        "as gconfig says, and the episodes send it with every request); drop the key",
+        "gconfig.top_p=0.95: training samples must come from the full distribution the trainer recomputes "
+        "(top_p 1); truncate only in evaluation (eval_gconfig.top_p)"]
     assert errors_for(clean, "++econfig.group_size=4", "++econfig.temperature=0.7") == [
         "econfig.group_size=4 contradicts gconfig.n_samples=8, which it follows when left unset (with "
         "reward_baseline group_mean an episode waits for that many episodes of its group); drop the key",

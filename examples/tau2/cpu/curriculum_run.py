@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from examples.tau2.curriculum.sampler import BucketWeights, CurriculumConfig, Draw, curriculum_dataloader
+from examples.tau2.tau2_utils import DOMAINS, Domain
 
 SKILLS = ("easy", "medium", "hard")
 
@@ -30,7 +31,7 @@ SKILLS = ("easy", "medium", "hard")
 class RunConfig:
     """One driven run: which tasks, how many steps and episodes, and the curriculum."""
 
-    domain: str = "airline"
+    domain: Domain = Domain.airline
     split: str = "train"
     steps: int = 8
     batch: int = 8
@@ -109,7 +110,7 @@ async def drive(run: RunConfig, endpoint_url: str, outcomes: Path) -> list[StepR
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--domain", default="airline")
+    parser.add_argument("--domain", default=Domain.airline, choices=DOMAINS)
     parser.add_argument("--split", default="train")
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--batch", type=int, default=8)

@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from examples.tau2.tau2_utils import DOMAINS, Domain
+
 logger = logging.getLogger("tau2_areal.tiny_model")
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt")
@@ -52,7 +54,7 @@ class TinyModelRecipe:
     head_dim: int = 32
     max_position_embeddings: int = 4096
     seed: int = 0
-    warmup_domain: str = "mock"
+    warmup_domain: Domain = Domain.mock
     """tau2 domain whose ground-truth turns the warm-up imitates."""
     warmup_tasks: tuple[str, ...] = ()
     """Task ids of `warmup_domain` to imitate; empty: every task of the domain."""
@@ -89,6 +91,8 @@ class TinyModelRecipe:
             errors.append("warmup_early_stops must be >= 0")
         if self.warmup_other_actions < 0:
             errors.append("warmup_other_actions must be >= 0")
+        if problem := Domain.problem("warmup_domain", self.warmup_domain):
+            errors.append(problem)
         return errors
 
     @classmethod
@@ -473,7 +477,7 @@ def load_info(model_dir: str | Path) -> TinyModelInfo:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("--warmup-steps", type=int, default=TinyModelRecipe.warmup_steps)
-    parser.add_argument("--warmup-domain", default=TinyModelRecipe.warmup_domain)
+    parser.add_argument("--warmup-domain", default=TinyModelRecipe.warmup_domain, choices=DOMAINS)
     parser.add_argument("--warmup-lr", type=float, default=TinyModelRecipe.warmup_lr)
     parser.add_argument("--seed", type=int, default=TinyModelRecipe.seed)
     parser.add_argument("--cache-dir", default="")

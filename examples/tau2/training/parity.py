@@ -42,9 +42,9 @@ import httpx
 
 from examples.tau2.compat.serving_render import ServingEngine, render_prompt_ids
 from examples.tau2.episode.llm import strip_reasoning
+from examples.tau2.tau2_utils import DOMAINS, SOLO_DOMAINS
 
-PARITY_DOMAINS = ("airline", "retail", "telecom", "mock")
-SOLO_DOMAINS = ("telecom", "mock")
+PARITY_DOMAINS = DOMAINS
 ADMIN_KEY = "tau2-parity-admin"
 CONTEXT_TOKENS = 12
 """Tokens of context shown on each side of a first difference."""

@@ -352,13 +352,10 @@ def check_sampling(config: Tau2PPOConfig) -> list[str]:
     full softmax at actor.temperature, so a truncated sampler (top-p, top-k) would make every importance
     ratio and the logprob check compare two different distributions. Evaluation may truncate."""
     errors = []
-    top_ps = {"econfig.top_p": config.econfig.top_p}  # what the workflow's requests carry
-    if config.gconfig.top_p != config.econfig.top_p:
-        top_ps["gconfig.top_p"] = config.gconfig.top_p
-    for name, top_p in top_ps.items():
-        if top_p < 1.0:
-            errors.append(f"{name}={top_p:g}: training samples must come from the full distribution the "
-                          "trainer recomputes (top_p 1); truncate only in evaluation (eval_gconfig.top_p)")
+    if config.gconfig.top_p < 1.0:  # econfig.top_p, which the requests carry, follows it (derivation_errors)
+        errors.append(f"gconfig.top_p={config.gconfig.top_p:g}: training samples must come from the full "
+                      "distribution the trainer recomputes (top_p 1); truncate only in evaluation "
+                      "(eval_gconfig.top_p)")
     default_top_k = type(config.gconfig)().top_k
     if 0 < config.gconfig.top_k != default_top_k:
         errors.append(f"gconfig.top_k={config.gconfig.top_k}: training samples must come from the full "
@@ -406,10 +403,7 @@ def check_training(config: Tau2PPOConfig, train_rows: int | None) -> list[str]:
     if econfig.drop_uniform_groups and config.gconfig.n_samples == 1:  # below 1: check_values
         errors.append(f"econfig.drop_uniform_groups drops every group of gconfig.n_samples="
                       f"{config.gconfig.n_samples} episode; use n_samples >= 2 or turn the filter off")
-    if econfig.group_size != config.gconfig.n_samples:  # derived unless set explicitly (Tau2PPOConfig)
-        errors.append(f"econfig.group_size={econfig.group_size} contradicts gconfig.n_samples="
-                      f"{config.gconfig.n_samples}, which it follows when left unset (with reward_baseline "
-                      "group_mean an episode waits for that many episodes of its group); drop the key")
+    errors += config.derivation_errors()
     if agent.mode != "inline":
         errors.append(f"rollout.agent.mode must be inline (Tau2AgentWorkflow takes the proxy's base_url, "
                       f"api_key and http_client as arguments), got {agent.mode!r}")
@@ -421,10 +415,6 @@ def check_training(config: Tau2PPOConfig, train_rows: int | None) -> list[str]:
                               f"completion, so groups have no fixed size; set actor.{name}.mean_level=batch "
                               "and std_level=batch")
     errors += check_sampling(config)
-    if abs(econfig.temperature - config.actor.temperature) > 1e-9:  # derived unless set explicitly
-        errors.append(f"econfig.temperature={econfig.temperature:g} contradicts actor.temperature="
-                      f"{config.actor.temperature:g}, which it follows when left unset (the trainer "
-                      "recomputes the sampled logprobs at actor.temperature); drop the key")
     if config.actor.kl_ctl > 0 and config.ref is None:
         errors.append(f"actor.kl_ctl={config.actor.kl_ctl:g} needs a ref section (e.g. ref: ${{actor}}, the "
                       "start policy): without one AReaL takes the reference logprobs as 0 and the penalty "
@@ -470,12 +460,7 @@ def check_lr_schedule(config: Tau2PPOConfig, train_rows: int | None) -> list[str
 
 def validate(config: Tau2PPOConfig) -> list[str]:
     """Every problem that would make the run fail or train on something unintended."""
-    errors = config.econfig.validate()
-    # Episode settings that follow a gconfig value (config.yaml, Tau2PPOConfig): check_values names that key.
-    followed = {"econfig: group_size must be >= 1": config.econfig.group_size == config.gconfig.n_samples < 1,
-                "econfig: max_completion_tokens must be positive":
-                    config.econfig.max_completion_tokens == config.gconfig.max_new_tokens < 1}
-    errors = [e for e in errors if not any(e.startswith(start) and on for start, on in followed.items())]
+    errors = config.econfig.validate()  # derived settings are checked at their source (check_values)
     try:
         uses = engine_uses(config)
     except ValueError as e:
