@@ -142,7 +142,7 @@ class Tau2TrainEnvConfig(Tau2EnvConfig):
     """Drop GRPO groups whose rows all carry the same reward (`training.group_filter.drop_uniform_groups`)."""
     serving_engine: ServingEngineChoice = ServingEngineChoice.auto
     """Whose prompt the trainer learns from: AReaL's proxy renders each request as this engine's own
-    OpenAI chat server would (`compat/areal_serving.py`; check a live server with `tau2_rl.sh parity`).
+    OpenAI chat server would (`training/served_prompt.py`; check a live server with `tau2_rl.sh parity`).
     `auto`: the rollout backend (SGLang on clusters, vLLM in the embedded default); `sglang` or `vllm` to
     deploy on another engine than the rollout's; `areal`: AReaL's own rendering, which no server
     reproduces."""
