@@ -27,7 +27,6 @@ from examples.tau2.training.config import ConfigError, LoadedConfig, Tau2PPOConf
 logger = logging.getLogger("tau2_areal.train")
 
 WORKFLOW = "examples.tau2.tau2_agent.Tau2AgentWorkflow"
-GROUP_FILTER = "examples.tau2.training.group_filter.drop_uniform_groups"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -133,7 +132,6 @@ def train_call(config: Tau2PPOConfig, with_validation: bool) -> dict[str, Any]:
         "workflow_kwargs": train_kwargs,
         "eval_workflow": WORKFLOW if with_validation else None,
         "eval_workflow_kwargs": eval_kwargs if with_validation else None,
-        "dynamic_filter_fn": GROUP_FILTER if config.econfig.drop_uniform_groups else None,
     }
 
 
@@ -147,7 +145,8 @@ def workflow_kwargs(config: Tau2PPOConfig) -> tuple[dict[str, Any], dict[str, An
         episode, temperature=eval_gconfig.temperature, top_p=eval_gconfig.top_p,
         max_completion_tokens=eval_gconfig.max_new_tokens,
         dump_dir=os.path.join(episode.dump_dir, "eval") if episode.dump_dir else "",
-        reward_baseline="none", group_size=eval_gconfig.n_samples,  # validation reports raw rewards
+        # validation reports raw rewards and drops no uniform group
+        reward_baseline="none", drop_uniform_groups=False, group_size=eval_gconfig.n_samples,
     )
     return episode.to_kwargs(), evaluation.to_kwargs()
 

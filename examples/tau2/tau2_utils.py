@@ -66,7 +66,7 @@ class RejectReason(enum.StrEnum):
 
 class EpisodeRejected(RuntimeError):
     """Raised out of `Tau2AgentWorkflow.run` so that the episode is not trained and records no reward.
-    Its GRPO group trains on its other episodes (`compat/areal_groups.py`), or is dropped below 2."""
+    Its GRPO group trains on its other episodes (`training/group.py`), or is dropped below 2."""
 
     def __init__(self, reason: RejectReason, detail: str):
         super().__init__(f"tau2 episode rejected ({reason.value}): {detail}")
@@ -133,10 +133,14 @@ class Tau2EnvConfig:
     """reward = (1-a) * tau2_reward + a * mean(tau2 reward breakdown). 0 keeps tau2's exact reward."""
 
     reward_baseline: str = "none"
-    """What `run` returns to AReaL: "none", the episode's reward; "group_mean", the reward minus the mean
-    of its GRPO group (`episode.group_baseline`: within-task comparisons only). Evaluation never centers."""
+    """What an episode trains on: "none", its reward; "group_mean", its reward minus the mean of its
+    GRPO group's finished episodes (`training/group.py`: within-task comparisons only). Evaluation never
+    centers."""
     group_size: int = 1
     """Episodes AReaL runs together as one group; the trainer sets it from `gconfig.n_samples`."""
+    drop_uniform_groups: bool = True
+    """Drop GRPO groups whose finished episodes all train on the same reward (`training/group.py`).
+    Evaluation keeps every group."""
 
     episode_timeout_s: float = 1800.0
     """Wall-clock budget of one episode from when a thread picks it up (waiting for a thread does not

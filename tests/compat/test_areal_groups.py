@@ -1,8 +1,8 @@
-"""compat/areal_groups.py: a rejected episode drops only itself from its GRPO group (AReaL 1.0.4).
+"""compat/areal_groups.py: the rollout engines build the training's GRPO groups (AReaL 1.0.4).
 
-In-process: the group workflows with scripted member episodes, and which workflows AReaL's engine
-builds. The whole path (controller, rollout worker, AReaL's proxy, tau2 episodes with a user simulator
-that is down for some of them) is in tests/test_proxy_integration.py.
+In-process: which workflows AReaL's engine builds. The groups themselves are in
+tests/training/test_group_workflow.py; the whole path (controller, rollout worker, AReaL's proxy, tau2
+episodes with a user simulator that is down for some of them) in tests/test_proxy_integration.py.
 """
 
 from __future__ import annotations
@@ -19,31 +19,23 @@ from areal.engine.vllm_remote import RemotevLLMEngine
 from areal.infra.remote_inf_engine import GroupedRolloutWorkflow
 
 from examples.tau2.compat.areal_cpu import CpuvLLMBackend, CpuvLLMEngine
-from examples.tau2.compat.areal_groups import (
-    MIN_GROUP_EPISODES,
-    DropRejectedProxyWorkflow,
-    PartialGroupInfEngine,
-    PartialGroupWorkflow,
-)
+from examples.tau2.compat.areal_groups import PartialGroupInfEngine
 from examples.tau2.compat.areal_serving import SERVING_ENGINE_ENV, ServingSGLangEngine, ServingvLLMEngine
 from examples.tau2.tau2_train import WORKFLOW
 from examples.tau2.tau2_utils import EpisodeRejected, RejectReason
+from examples.tau2.training.group_workflow import DropRejectedProxyWorkflow, PartialGroupWorkflow
 
 LOG = logging.getLogger("test")
 
 
 class Scripted(RolloutWorkflow):
-    """Member episodes in call order: a dict of rows, None (dropped), or an exception to raise; each
-    takes `delay_s` and records when it ended."""
+    """Member episodes in call order: a dict of rows, or an exception to raise."""
 
-    def __init__(self, outcomes: list[Any], delay_s: float = 0.0):
-        self.outcomes, self.delay_s = list(outcomes), delay_s
-        self.ended: list[float] = []
+    def __init__(self, outcomes: list[Any]):
+        self.outcomes = list(outcomes)
 
     async def arun_episode(self, engine: Any, data: dict[str, Any]) -> Any:
         outcome = self.outcomes.pop(0)
-        await asyncio.sleep(self.delay_s if not isinstance(outcome, BaseException) else 0.0)
-        self.ended.append(asyncio.get_running_loop().time())
         if isinstance(outcome, BaseException):
             raise outcome
         return outcome
@@ -58,38 +50,10 @@ def rejected() -> EpisodeRejected:
 
 
 def test_areal_s_own_group_is_lost_when_one_episode_raises():
-    """AReaL 1.0.4's behaviour that this module replaces: one raising episode fails the group."""
+    """AReaL 1.0.4's behaviour that the engine's groups replace: one raising episode fails the group."""
     group = GroupedRolloutWorkflow(Scripted([rows("a"), rejected(), rows("c"), rows("d")]), 4, LOG)
     with pytest.raises(EpisodeRejected):
         asyncio.run(group.arun_episode(None, {}))
-
-
-def test_a_dropped_episode_leaves_the_rest_of_its_group():
-    group = PartialGroupWorkflow(Scripted([rows("a1", "a2"), None, rows("c1"), rows("d1", "d2")]), 4, LOG)
-    assert asyncio.run(group.arun_episode(None, {})) == rows("a1", "a2", "c1", "d1", "d2")
-
-
-def test_a_group_with_fewer_than_two_remaining_episodes_is_dropped():
-    assert MIN_GROUP_EPISODES == 2
-    group = PartialGroupWorkflow(Scripted([None, rows("b"), None, None]), 4, LOG)
-    assert asyncio.run(group.arun_episode(None, {})) is None
-    # an episode that made no policy call (no rows) does not count as remaining either
-    group = PartialGroupWorkflow(Scripted([{}, rows("b"), None, None]), 4, LOG)
-    assert asyncio.run(group.arun_episode(None, {})) is None
-    group = PartialGroupWorkflow(Scripted([None, rows("b"), None, rows("d")]), 4, LOG)
-    assert asyncio.run(group.arun_episode(None, {})) == rows("b", "d")
-
-
-def test_any_other_failure_still_fails_the_group_after_its_episodes_end():
-    member = Scripted([rows("a"), ValueError("a bug"), rows("c")], delay_s=0.2)
-
-    async def go() -> float:
-        with pytest.raises(ValueError, match="a bug"):
-            await PartialGroupWorkflow(member, 3, LOG).arun_episode(None, {})
-        return asyncio.get_running_loop().time()
-
-    returned = asyncio.run(go())
-    assert len(member.ended) == 3 and returned >= max(member.ended)  # no sibling is left running
 
 
 AGENT_KWARGS = {"user_base_url": "http://127.0.0.1:1/v1", "user_model": "user"}

@@ -61,7 +61,8 @@ ONE_ERROR = [
     (["econfig.train_split=dev"], "tau2 domain 'airline' has no split 'dev' (available: base, test, train)"),
     (["econfig.valid_split=dev"], "has no split 'dev'"),
     # settings that break or spoil tau2 training
-    (["gconfig.n_samples=1"], "econfig.drop_uniform_groups drops every group"),
+    (["gconfig.n_samples=1"], "econfig.drop_uniform_groups compares the episodes of a group, but "
+     "gconfig.n_samples=1 makes groups of one"),
     (["rollout.agent.mode=subproc"], "rollout.agent.mode must be inline"),
     (["++econfig.group_size=4"], "econfig.group_size=4 contradicts gconfig.n_samples=8, "
      "which it follows when left unset"),
@@ -93,8 +94,8 @@ def test_derived_episode_settings_pass_and_a_restatement_is_not_a_problem(clean)
     assert errors_for(clean, "gconfig.n_samples=4", "++econfig.group_size=4",
                       "++econfig.temperature=1.0") == []
     assert errors_for(clean, "++econfig.group_size=4", "++econfig.temperature=0.7") == [
-        "econfig.group_size=4 contradicts gconfig.n_samples=8, which it follows when left unset (with "
-        "reward_baseline group_mean an episode waits for that many episodes of its group); drop the key",
+        "econfig.group_size=4 contradicts gconfig.n_samples=8, which it follows when left unset "
+        "(reward_baseline group_mean needs groups of at least 2 episodes); drop the key",
         "econfig.temperature=0.7 contradicts actor.temperature=1, which it follows when left unset (the "
         "trainer recomputes the sampled logprobs at actor.temperature); drop the key"]
 

