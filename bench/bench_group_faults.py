@@ -10,8 +10,8 @@ batch, with the scripted user simulator down for about P per mille of the episod
 a fresh user endpoint, so that the same arrival indices fail:
 - `areal`: AReaL's own `RemoteSGLangEngine` (one rejected episode fails its whole group);
 - `partial`: the training's engine (`compat/areal_groups.py`: a rejected episode drops only itself), with
-  AReaL's own prompt rendering, so that only the group handling differs; uniform groups are kept (every
-  scripted episode scores 1), as AReaL's `rollout_batch` keeps them.
+  AReaL's own prompt rendering, so that only the group handling differs; uniform groups are kept
+  (`drop_uniform_groups: false`; every scripted episode scores 1), so that only rejections drop groups.
 Per engine and fault rate: episodes rejected, groups kept, episodes trained, policy generations made
 and how many of them no training row holds (wasted rollout work), when `rollout_batch` returned and when
 the batch's last generation was made (AReaL returns a failed group at its first failure while its other
