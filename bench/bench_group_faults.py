@@ -9,8 +9,9 @@ batch, with the scripted user simulator down for about P per mille of the episod
 503 on every request, so each of those is rejected after its retries). Two rollout engines, each with
 a fresh user endpoint, so that the same arrival indices fail:
 - `areal`: AReaL's own `RemoteSGLangEngine` (one rejected episode fails its whole group);
-- `partial`: the training's engine (`compat/areal_groups.py`: a rejected episode drops only itself), with
-  AReaL's own prompt rendering, so that only the group handling differs.
+- `partial`: the training's engine (`training/group_workflow.py`: a rejected episode drops only itself), with
+  AReaL's own prompt rendering, so that only the group handling differs; uniform groups are kept
+  (`drop_uniform_groups: false`; every scripted episode scores 1), so that only rejections drop groups.
 Per engine and fault rate: episodes rejected, groups kept, episodes trained, policy generations made
 and how many of them no training row holds (wasted rollout work), when `rollout_batch` returned and when
 the batch's last generation was made (AReaL returns a failed group at its first failure while its other
@@ -75,7 +76,7 @@ def run_engine(name: str, args: argparse.Namespace, root: Path) -> list[Cell]:
                                 max_head_offpolicyness=len(args.faults) * args.groups + 1)
         kwargs = dict(user_base_url=user.url, agent_model="default", max_completion_tokens=256,
                       episode_timeout_s=300.0, request_timeout_s=60.0, llm_retries=args.retries,
-                      retry_backoff_s=args.backoff_s)
+                      retry_backoff_s=args.backoff_s, drop_uniform_groups=False)
         with rollout_controller(ENGINES[name], config, sglang, root / name) as controller:
             # warm-up (imports, tau2's tasks, the proxy's first sessions), not measured
             controller.rollout_batch([dict(TASK)], workflow=WORKFLOW,

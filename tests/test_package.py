@@ -117,7 +117,7 @@ def test_the_package_sets_only_the_litellm_cost_map_default():
 
 DOTTED = re.compile(r"\bexamples\.tau2(?:\.\w+)+")
 """A module path or object path in code, configs, scripts and docs: the strings AReaL's workers import
-(workflows, the group filter, config classes) and the `python -m` commands the docs give."""
+(workflows, config classes) and the `python -m` commands the docs give."""
 
 
 def _defines(module_file: Path, name: str) -> bool:
@@ -154,9 +154,9 @@ def test_every_module_path_in_code_configs_and_docs_exists():
                 and rel != "tests/test_package.py"):  # this file names wrong paths on purpose
             for dotted in DOTTED.findall((REPO / rel).read_text(encoding="utf-8")):
                 named.setdefault(dotted.rstrip("."), set()).add(rel)
-    assert "examples.tau2.training.group_filter.drop_uniform_groups" in named
-    assert not _resolves("examples.tau2.tau2_filter.drop_uniform_groups")  # the module's old home
-    assert not _resolves("examples.tau2.training.group_filter.keep_uniform_groups")
+    assert "examples.tau2.tau2_agent.Tau2AgentWorkflow" in named
+    assert not _resolves("examples.tau2.training.group_filter.drop_uniform_groups")  # groups: training.group
+    assert not _resolves("examples.tau2.tau2_agent.Tau2AgentFlow")
     missing = {d: sorted(files) for d, files in named.items() if not _resolves(d)}
     assert not missing, missing
 

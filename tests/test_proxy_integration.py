@@ -3,7 +3,7 @@
 The whole single-controller path that `PPOTrainer` uses for agent workflows runs here:
 LocalScheduler -> rpc_server worker process -> the training's rollout engine (`Tau2SGLangEngine`) ->
 RolloutController.start_proxy() (AReaL forks its OpenAI-compatible proxy worker) ->
-rollout_batch(workflow=<import string>, group_size, should_accept_fn=<our filter>), set up by
+rollout_batch(workflow=<import string>, group_size), set up by
 `cpu/scripted_sglang.py`. Only the model is fake: a small HTTP server that speaks
 SGLang's `/generate` (input_ids in; output token ids and logprobs out) and replies with the real Qwen3
 tokens of a scripted turn: first a `<tool_call>` for a real airline tool, then a closing sentence.
@@ -33,8 +33,7 @@ from examples.tau2.cpu.scripted_sglang import (
     rollout_controller,
     scripted_logprobs,
 )
-from examples.tau2.tau2_train import GROUP_FILTER, WORKFLOW
-from examples.tau2.training.group_filter import drop_uniform_groups
+from examples.tau2.tau2_train import WORKFLOW
 from examples.tau2.training.served_prompt import SERVING_ENGINE_ENV
 from examples.tau2.training.trainer import Tau2SGLangEngine
 
@@ -51,22 +50,21 @@ def fake_sglang() -> Iterator[ScriptedSGLang]:
 
 
 def run_groups(tmp_path: Path, fake: ScriptedSGLang, user: EndpointThread, user_models: list[str],
-               group_size: int, engine_max_tokens: int | None = None,
-               group_filter: str | None = GROUP_FILTER) -> list[list[dict[str, torch.Tensor]]]:
+               group_size: int, engine_max_tokens: int | None = None) -> list[list[dict[str, torch.Tensor]]]:
     """One GRPO group of `group_size` episodes per user-simulator model, one after the other, through the
     real controller and the training's rollout engine; every process is gone on return. Episodes are
-    dumped under tmp_path/dumps."""
+    dumped under tmp_path/dumps. Uniform groups are kept: every group here is one (a scripted policy)."""
     config = rollout_config(tmp_path, turn_discount=TURN_DISCOUNT, env={SERVING_ENGINE_ENV: "sglang"},
                             engine_max_tokens=engine_max_tokens)
     workflow_kwargs = dict(
         user_base_url=user.url, agent_model="default", max_completion_tokens=MAX_COMPLETION_TOKENS,
         episode_timeout_s=120.0, request_timeout_s=60.0, llm_retries=1, retry_backoff_s=0.1,
-        dump_dir=str(tmp_path / "dumps"),
+        dump_dir=str(tmp_path / "dumps"), drop_uniform_groups=False,
     )
     with rollout_controller(Tau2SGLangEngine, config, fake, tmp_path) as controller:
         return [[RTensor.localize(r) for r in controller.rollout_batch(
             [TASK], workflow=WORKFLOW, workflow_kwargs={**workflow_kwargs, "user_model": user_model},
-            should_accept_fn=group_filter, group_size=group_size)] for user_model in user_models]
+            group_size=group_size)] for user_model in user_models]
 
 
 def test_tau2_episodes_through_areal_proxy(tmp_path, fake_sglang, endpoint, monkeypatch):
@@ -75,7 +73,6 @@ def test_tau2_episodes_through_areal_proxy(tmp_path, fake_sglang, endpoint, monk
     assert not psutil.Process().children(recursive=True), "a worker process outlived the test"
     assert len(results) == 1, "the group was rejected (see the worker logs under tmp_path/logs)"
     traj = results[0]
-    assert drop_uniform_groups(traj)  # what the worker decided too: the group was accepted
 
     # 2 episodes x 2 completions, one row each (export_style individual), in episode order.
     assert traj["input_ids"].shape[0] == 4
@@ -115,7 +112,7 @@ def test_tau2_episodes_through_areal_proxy(tmp_path, fake_sglang, endpoint, monk
 def test_a_rejected_episode_drops_only_itself_from_its_group(tmp_path, fake_sglang, endpoint, monkeypatch):
     """Groups of 4 whose user simulator is down for the first 1 (then 3) of its episodes: each of those
     is rejected after its retries; the first group keeps its 3 other episodes, the second has 1 left and
-    is dropped (AReaL 1.0.4 alone would drop both: tests/compat/test_areal_groups.py)."""
+    is dropped (AReaL 1.0.4 alone would drop both: tests/training/test_trainer.py)."""
     monkeypatch.setenv("AREAL_PROXY_WARN_ONCE", "1")
     one_down, three_down = run_groups(tmp_path, fake_sglang, endpoint,
                                       ["failfirst1:user", "failfirst3:user"], group_size=4)
@@ -141,7 +138,7 @@ def test_an_episode_past_the_context_is_scored_not_retried_and_its_group_kept(tm
     would drop two equal rewards for its own reason)."""
     monkeypatch.setenv("AREAL_PROXY_WARN_ONCE", "1")
     [results] = run_groups(tmp_path, fake_sglang, endpoint, ["user"], group_size=2,
-                           engine_max_tokens=CONTEXT, group_filter=None)
+                           engine_max_tokens=CONTEXT)
     assert not psutil.Process().children(recursive=True), "a worker process outlived the test"
     assert len(results) == 1, "the group was rejected (see the worker logs under tmp_path/logs)"
     traj = results[0]

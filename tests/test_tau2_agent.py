@@ -15,6 +15,7 @@ from examples.tau2 import tau2_agent
 from examples.tau2.episode import domain as tau2_domain
 from examples.tau2.tau2_agent import Tau2AgentWorkflow
 from examples.tau2.tau2_utils import EpisodeRejected, EpisodeResult, RejectReason, Termination
+from examples.tau2.training.group import score_group
 from tests.conftest import make_workflow, run_one
 
 TELECOM_TASK = "[mobile_data_issue]user_abroad_roaming_enabled_off[PERSONA:None]"
@@ -551,3 +552,104 @@ def test_waiting_for_a_thread_does_not_count_against_the_episode_budget(endpoint
     results = asyncio.run(go())
     assert [r.reward for r in results] == [1.0] * 4
     assert time.monotonic() - start > 12.0  # the budget would have run out had the queue counted
+
+
+def test_a_group_s_episodes_return_at_once_and_are_centered_when_scored(endpoint, closed_port):
+    """Four concurrent `run(data)` calls with one `data` object, as AReaL runs a group: two oracle episodes
+    (reward 1) and two whose policy endpoint refuses connections (rejected). Each returns its own reward
+    or raises, waiting for no sibling; scored by the workflow's rules (group_mean), the finished ones
+    train on 1 - mean(1, 1) = 0 and the rejected ones are left out."""
+    wf = make_workflow(endpoint, "oracle", reward_baseline="group_mean", llm_retries=0)
+    data = {"domain": "airline", "task_id": "7"}
+    dead = f"http://127.0.0.1:{closed_port}/v1"
+
+    async def go() -> list[object]:
+        async with httpx.AsyncClient() as client:
+            calls = [wf.run(data, base_url=url, api_key="k", http_client=client)
+                     for url in (endpoint.url, dead, endpoint.url, dead)]
+            out = await asyncio.wait_for(asyncio.gather(*calls, return_exceptions=True), 120)
+        await wf.aclose()
+        return out
+
+    out = asyncio.run(go())
+    assert out[0] == out[2] == 1.0
+    for rejected in (out[1], out[3]):
+        assert isinstance(rejected, EpisodeRejected) and rejected.reason is RejectReason.POLICY_ENDPOINT
+    raw = [r if isinstance(r, float) else None for r in out]
+    assert score_group(raw, wf.group_rules()).rewards == (0.0, None, 0.0, None)
+
+
+VICTIM_URL = "http://victim.invalid/v1"
+"""The base_url the failing episode of a group is called with (the injected failures key on it)."""
+
+
+@pytest.mark.parametrize("way", ["rejected", "dump_failed", "no_base_url", "policy_seed", "exception",
+                                 "cancelled"])
+def test_every_way_an_episode_ends_leaves_its_siblings_alone(endpoint, closed_port, monkeypatch, tmp_path,
+                                                             way):
+    """A group of 4 with `group_mean`: three oracle episodes (reward 1) and one that ends in `way` —
+    rejected (its policy endpoint refuses connections), its dump write failing, no base_url (ValueError),
+    the `policy_seed` check raising for its row, an unexpected exception, or cancelled mid-episode.
+    The three return their rewards whatever the fourth does. Scored, a rejected episode is left out of
+    the mean and one whose dump failed is kept; any other failure fails the group
+    (tests/training/test_group_workflow.py)."""
+    monkeypatch.setattr(tau2_agent, "_log_stats", lambda values: None)  # importing AReaL takes ~15 s
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    wf = make_workflow(endpoint, "oracle@50", reward_baseline="group_mean", llm_retries=0,
+                       policy_seed=way == "policy_seed",
+                       dump_dir=str(tmp_path / "dumps") if way == "dump_failed" else "")
+    data = {"domain": "airline", "task_id": "7", "seed": 0}
+    victim_url = {"rejected": f"http://127.0.0.1:{closed_port}/v1", "no_base_url": "",
+                  "dump_failed": endpoint.url, "cancelled": endpoint.url}.get(way, VICTIM_URL)
+    real_run_episode, real_dump = wf.run_episode, tau2_agent.write_episode_dump
+
+    async def run_episode(row, *, base_url, **kw):
+        if base_url != VICTIM_URL:
+            return await real_run_episode(row, base_url=base_url, **kw)
+        if way == "policy_seed":  # the real check, on a row without the seed policy_seed needs
+            return await real_run_episode({k: v for k, v in row.items() if k != "seed"},
+                                          base_url=endpoint.url, **kw)
+        raise RuntimeError("injected failure")
+
+    dumps: list[str] = []
+
+    def dump_failing_once(dump_dir, result):
+        dumps.append(result.task_id)
+        if len(dumps) == 1:
+            raise PermissionError(13, "Permission denied", dump_dir)
+        return real_dump(dump_dir, result)
+
+    monkeypatch.setattr(wf, "run_episode", run_episode)
+    monkeypatch.setattr(tau2_agent, "write_episode_dump", dump_failing_once)
+
+    async def go() -> tuple[list[object], BaseException | float]:
+        async with httpx.AsyncClient() as client:
+            victim = asyncio.ensure_future(wf.run(data, base_url=victim_url, api_key="k", http_client=client))
+            siblings = [asyncio.ensure_future(wf.run(data, base_url=endpoint.url, api_key="k",
+                                                     http_client=client)) for _ in range(3)]
+            if way == "cancelled":
+                await asyncio.sleep(0.3)  # mid-episode: an airline/7 oracle episode at 50 ms a reply
+                victim.cancel()
+            out = await asyncio.wait_for(asyncio.gather(*siblings, return_exceptions=True), 120)
+            try:
+                victim_out: BaseException | float = await asyncio.wait_for(victim, 120)
+            except BaseException as e:  # noqa: BLE001 -- the victim's way out is what is checked
+                victim_out = e
+        await wf.aclose()
+        return out, victim_out
+
+    siblings, victim = asyncio.run(go())
+    assert siblings == [1.0, 1.0, 1.0]
+    expected: dict[str, type[BaseException] | float] = {
+        "rejected": EpisodeRejected, "no_base_url": ValueError, "policy_seed": ValueError,
+        "exception": RuntimeError, "cancelled": asyncio.CancelledError, "dump_failed": 1.0}
+    if isinstance(expected[way], float):
+        assert victim == expected[way]  # a failed dump keeps the episode: scored like its siblings
+        assert len(dumps) == 4 and len(list((tmp_path / "dumps").rglob("*.json"))) == 3
+        assert score_group([*siblings, victim], wf.group_rules()).rewards == (0.0,) * 4
+    else:
+        assert isinstance(victim, expected[way]), repr(victim)
+    if way == "rejected":
+        assert score_group([*siblings, None], wf.group_rules()).rewards == (0.0, 0.0, 0.0, None)
+    if way == "policy_seed":
+        assert "policy_seed is set" in str(victim)

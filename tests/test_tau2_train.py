@@ -13,8 +13,8 @@ import pytest
 from areal.utils.dynamic_import import import_from_string
 
 from examples.tau2.tau2_agent import Tau2AgentWorkflow
-from examples.tau2.tau2_train import GROUP_FILTER, WORKFLOW, main, prepare, train_call
-from examples.tau2.training.group_filter import drop_uniform_groups
+from examples.tau2.tau2_train import WORKFLOW, main, prepare, train_call
+from examples.tau2.training.group import GroupRules
 from tests.tau2_train_support import CONFIG, REPO, clean_overrides, load, write_model
 
 SCRIPT = REPO / "examples" / "tau2" / "tau2_rl.sh"
@@ -42,7 +42,7 @@ def test_dry_run_default_config(capsys, tmp_path, endpoint):
         "(5 regraded)",
         "  steps           2 per epoch x 50 epochs = 100",
         "  batch           8 tasks x 8 samples = 64 episodes per step",
-        "  group filter    drop groups whose rows all carry one reward",
+        "  group filter    drop groups whose episodes all train on one reward",
         "  validation      after every 5 epoch(s) = every 10 steps: 20 tasks x 1 sample(s)",
         "no problems found",
     ]
@@ -159,23 +159,26 @@ def test_train_call_uses_import_strings_the_workers_can_rebuild():
     call = train_call(config, with_validation=True)
     assert call["workflow"] == call["eval_workflow"] == WORKFLOW
     assert import_from_string(WORKFLOW) is Tau2AgentWorkflow
-    assert import_from_string(call["dynamic_filter_fn"]) is drop_uniform_groups
+    assert "dynamic_filter_fn" not in call  # groups are scored in the rollout worker (training/group.py)
     train, evaluation = call["workflow_kwargs"], call["eval_workflow_kwargs"]
     assert (train["temperature"], train["top_p"]) == (1.0, 1.0)
     assert (evaluation["temperature"], evaluation["top_p"]) == (0.6, 0.95)  # eval_gconfig
     assert evaluation["max_completion_tokens"] == config.eval_gconfig.max_new_tokens == 2048
     assert evaluation["dump_dir"] == os.path.join(train["dump_dir"], "eval")
-    own = ("temperature", "top_p", "max_completion_tokens", "dump_dir", "group_size", "reward_baseline")
+    own = ("temperature", "top_p", "max_completion_tokens", "dump_dir", "reward_baseline",
+           "drop_uniform_groups")
     assert {k: v for k, v in train.items() if k not in own} == {
         k: v for k, v in evaluation.items() if k not in own}
-    assert train["group_size"] == config.gconfig.n_samples
-    assert evaluation["group_size"] == config.eval_gconfig.n_samples
     assert evaluation["reward_baseline"] == "none"  # validation reports raw rewards
+    assert (train["drop_uniform_groups"], evaluation["drop_uniform_groups"]) == (True, False)
+    assert Tau2AgentWorkflow(**train).group_rules() == GroupRules(drop_uniform=True)
+    assert Tau2AgentWorkflow(**evaluation).group_rules() == GroupRules()
     centered = train_call(load("econfig.user_base_url=http://127.0.0.1:9/v1", "econfig.user_model=user",
                                "econfig.reward_baseline=group_mean").config, with_validation=True)
     assert centered["workflow_kwargs"]["reward_baseline"] == "group_mean"
     assert centered["eval_workflow_kwargs"]["reward_baseline"] == "none"
-    assert Tau2AgentWorkflow(**centered["workflow_kwargs"])._baseline.group_size == config.gconfig.n_samples
+    assert Tau2AgentWorkflow(**centered["workflow_kwargs"]).group_rules() == GroupRules(
+        baseline="group_mean", drop_uniform=True)
     assert Tau2AgentWorkflow(**evaluation).config.temperature == 0.6
 
     # Each of eval_gconfig's settings reaches the validation episodes, max_new_tokens too.
@@ -186,9 +189,9 @@ def test_train_call_uses_import_strings_the_workers_can_rebuild():
 
     plain = train_call(load("econfig.user_base_url=http://127.0.0.1:9/v1", "econfig.user_model=user",
                             "econfig.drop_uniform_groups=false").config, with_validation=False)
-    assert plain["dynamic_filter_fn"] is None
+    assert plain["workflow_kwargs"]["drop_uniform_groups"] is False
+    assert Tau2AgentWorkflow(**plain["workflow_kwargs"]).group_rules() == GroupRules()
     assert plain["eval_workflow"] is None and plain["eval_workflow_kwargs"] is None
-    assert GROUP_FILTER not in plain.values()
 
 
 def run_script(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -30,8 +30,6 @@ OK = dict(user_base_url="http://127.0.0.1:1/v1", user_model="u")
     ({"tau2_log_level": "LOUD"}, "tau2_log_level 'LOUD' is not one of TRACE, DEBUG, INFO, SUCCESS, WARNING, "
                                  "ERROR, CRITICAL, OFF"),
     ({"reward_baseline": "best"}, "reward_baseline 'best' is not one of none, group_mean"),
-    ({"group_size": 0}, "group_size must be >= 1, got 0"),
-    ({"reward_baseline": "group_mean"}, "reward_baseline group_mean needs groups of at least 2 episodes"),
 ])
 def test_each_invalid_setting_is_named(overrides, message):
     cfg = Tau2EnvConfig(**{**OK, **overrides})  # the constructor does not validate: validate() lists all
@@ -47,7 +45,7 @@ def test_unknown_keys_are_named():
 
 
 def test_solo_mode_needs_no_user_endpoint_and_kwargs_round_trip():
-    cfg = Tau2EnvConfig(solo_mode=True, reward_baseline=RewardBaseline.group_mean, group_size=4)
+    cfg = Tau2EnvConfig(solo_mode=True, reward_baseline=RewardBaseline.group_mean)
     kwargs = cfg.to_kwargs()
     assert type(kwargs["reward_baseline"]) is str and type(kwargs["tau2_log_level"]) is str  # plain values
     assert Tau2EnvConfig.from_kwargs(kwargs) == cfg
@@ -55,9 +53,9 @@ def test_solo_mode_needs_no_user_endpoint_and_kwargs_round_trip():
 
 def test_the_checks_of_derived_fields_are_left_to_their_source():
     """Training fills these from another setting, whose own checks name it (training.validate)."""
-    cfg = Tau2EnvConfig(**OK, group_size=0, max_completion_tokens=0, reward_baseline="group_mean")
-    assert cfg.validate() == ["max_completion_tokens must be positive", "group_size must be >= 1, got 0"]
-    assert cfg.validate(derived=("group_size", "max_completion_tokens")) == []
+    cfg = Tau2EnvConfig(**OK, max_completion_tokens=0)
+    assert cfg.validate() == ["max_completion_tokens must be positive"]
+    assert cfg.validate(derived=("max_completion_tokens",)) == []
 
 
 def test_task_ref_validates_rows():

@@ -6,7 +6,7 @@ hand their request to the event loop (`_LoopBridge`), where it goes out through 
 AReaL passes (so AReaL's proxy records the policy's tokens) or through the user endpoint's client.
 The event loop never blocks on tau2; threads only wait on those futures. tau2's evaluator scores
 every finished episode; infrastructure failures raise `EpisodeRejected`, which drops that episode
-only: its GRPO group trains on the others (`compat/areal_groups.py`, `episode.group_baseline`).
+only: its GRPO group is scored on the others (`group_rules`, `training/group.py`).
 
 Reading order: the workflow (AReaL's entry point), then one episode in three steps (`_build_episode`,
 `_run_episode`, `_score_episode`), then the tau2 classes whose LLM call is replaced.
@@ -49,7 +49,6 @@ from examples.tau2.compat import tau2_judge
 from examples.tau2.compat.tau2_release import installed_release
 from examples.tau2.episode import domain as tau2_domain
 from examples.tau2.episode.dump import write_episode_dump
-from examples.tau2.episode.group_baseline import GroupBaseline
 from examples.tau2.episode.llm import (
     ChatEndpoint,
     ContextExceeded,
@@ -63,12 +62,14 @@ from examples.tau2.tau2_utils import (
     EpisodeRejected,
     EpisodeResult,
     RejectReason,
+    RewardBaseline,
     TaskRef,
     Tau2EnvConfig,
     Termination,
     logger,
     shape_reward,
 )
+from examples.tau2.training.group import GroupRules
 
 T = TypeVar("T")
 
@@ -97,47 +98,39 @@ class Tau2AgentWorkflow:
         # Keyed by the loop object, not `id(loop)`: an id is reused once a loop is gone, and a client
         # bound to a dead loop must never be handed to a new one.
         self._clients: dict[asyncio.AbstractEventLoop, httpx.AsyncClient] = {}
-        self._baseline = (GroupBaseline(self.config.group_size)
-                          if self.config.reward_baseline == "group_mean" else None)
+
+    def group_rules(self) -> GroupRules:
+        """How the group workflow turns this workflow's episodes into training rewards."""
+        return GroupRules(baseline=RewardBaseline(self.config.reward_baseline),
+                          drop_uniform=self.config.drop_uniform_groups)
 
     async def run(self, data: dict[str, Any], **extra: Any) -> float:
-        """AReaL's entry point. Returns a float reward; raises EpisodeRejected to reject.
+        """AReaL's entry point. Returns the episode's (shaped) reward; raises EpisodeRejected to reject.
 
         Inline mode passes `base_url`, `api_key` and `http_client`; subprocess mode passes nothing and
-        sets OPENAI_BASE_URL / OPENAI_API_KEY instead. With `reward_baseline: group_mean` the reward
-        is centered on the mean of the episode's group (the concurrent calls with this `data` object);
-        every way out of this method (a reward, a rejection, any other exception, cancellation)
-        reports the episode to its group exactly once, so that no sibling waits for it.
+        sets OPENAI_BASE_URL / OPENAI_API_KEY instead. The group workflow turns the rewards of a group
+        into training rewards (`group_rules`).
         """
-        reported = False
+        base_url = extra.get("base_url") or os.environ.get("OPENAI_BASE_URL")
+        if not base_url:
+            raise ValueError("Tau2AgentWorkflow.run needs base_url (or OPENAI_BASE_URL in subproc mode)")
         try:
-            base_url = extra.get("base_url") or os.environ.get("OPENAI_BASE_URL")
-            if not base_url:
-                raise ValueError("Tau2AgentWorkflow.run needs base_url (or OPENAI_BASE_URL in subproc mode)")
-            try:
-                result = await self.run_episode(
-                    data,
-                    base_url=base_url,
-                    api_key=extra.get("api_key") or os.environ.get("OPENAI_API_KEY") or "EMPTY",
-                    http_client=extra.get("http_client"),
-                )
-            except EpisodeRejected as e:
-                _log_stats({f"rejected/{e.reason.value}": 1.0})
-                logger.warning("tau2 %s/%s rejected (%s): %s", data.get("domain"), data.get("task_id"),
-                               e.reason.value, e.detail)
-                raise
-            metrics = result.metrics()
-            if self.config.dump_dir:
-                metrics["dump_failed"] = float(bool(result.dump_error))
-            _log_stats(metrics)
-            if self._baseline is None:
-                return result.reward
-            reported = True
-            return await self._baseline.center(data, result.reward)  # a float reward gets a float back
-        except BaseException:
-            if self._baseline is not None and not reported:
-                self._baseline.leave(data)  # the group's other episodes must not wait for this one
+            result = await self.run_episode(
+                data,
+                base_url=base_url,
+                api_key=extra.get("api_key") or os.environ.get("OPENAI_API_KEY") or "EMPTY",
+                http_client=extra.get("http_client"),
+            )
+        except EpisodeRejected as e:
+            _log_stats({f"rejected/{e.reason.value}": 1.0})
+            logger.warning("tau2 %s/%s rejected (%s): %s", data.get("domain"), data.get("task_id"),
+                           e.reason.value, e.detail)
             raise
+        metrics = result.metrics()
+        if self.config.dump_dir:
+            metrics["dump_failed"] = float(bool(result.dump_error))
+        _log_stats(metrics)
+        return result.reward
 
     async def run_episode(
         self,

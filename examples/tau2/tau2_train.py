@@ -34,7 +34,6 @@ from examples.tau2.training.config import (
 logger = logging.getLogger("tau2_areal.train")
 
 WORKFLOW = "examples.tau2.tau2_agent.Tau2AgentWorkflow"
-GROUP_FILTER = "examples.tau2.training.group_filter.drop_uniform_groups"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -131,7 +130,6 @@ def train_call(config: Tau2PPOConfig, with_validation: bool) -> dict[str, Any]:
         "workflow_kwargs": train_kwargs,
         "eval_workflow": WORKFLOW if with_validation else None,
         "eval_workflow_kwargs": eval_kwargs if with_validation else None,
-        "dynamic_filter_fn": GROUP_FILTER if config.econfig.drop_uniform_groups else None,
     }
 
 
@@ -143,7 +141,8 @@ def workflow_kwargs(config: Tau2PPOConfig) -> tuple[dict[str, Any], dict[str, An
     evaluation: Tau2EnvConfig = dataclasses.replace(
         episode, **derived,
         dump_dir=os.path.join(episode.dump_dir, "eval") if episode.dump_dir else "",
-        reward_baseline=RewardBaseline.none,  # validation reports raw rewards
+        # validation reports raw rewards and drops no uniform group
+        reward_baseline=RewardBaseline.none, drop_uniform_groups=False,
     )
     return episode.to_kwargs(), evaluation.to_kwargs()
 

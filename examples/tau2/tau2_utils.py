@@ -126,7 +126,7 @@ class RejectReason(enum.StrEnum):
 
 class EpisodeRejected(RuntimeError):
     """Raised out of `Tau2AgentWorkflow.run` so that the episode is not trained and records no reward.
-    Its GRPO group trains on its other episodes (`compat/areal_groups.py`), or is dropped below 2."""
+    Its GRPO group trains on its other episodes (`training/group.py`), or is dropped below 2."""
 
     def __init__(self, reason: RejectReason, detail: str):
         super().__init__(f"tau2 episode rejected ({reason.value}): {detail}")
@@ -201,10 +201,12 @@ class Tau2EnvConfig:
     """reward = (1-a) * tau2_reward + a * mean(tau2 reward breakdown); 0 keeps tau2's exact reward."""
 
     reward_baseline: RewardBaseline = RewardBaseline.none
-    """What `run` returns to AReaL: "none", the episode's reward; "group_mean", the reward minus the mean
-    of its GRPO group (`episode.group_baseline`: within-task comparisons only). Evaluation never centers."""
-    group_size: int = 1
-    """Episodes AReaL runs together as one group."""
+    """What an episode trains on: "none", its reward; "group_mean", its reward minus the mean of its
+    GRPO group's finished episodes (`training/group.py`: within-task comparisons only). Evaluation never
+    centers."""
+    drop_uniform_groups: bool = True
+    """Drop GRPO groups whose finished episodes all train on the same reward (`training/group.py`).
+    Evaluation keeps every group."""
 
     episode_timeout_s: float = 1800.0
     """Wall-clock budget of one episode from when a thread picks it up (waiting for a thread does not
@@ -261,11 +263,6 @@ class Tau2EnvConfig:
             found.append(("llm_retries", "llm_retries and retry_backoff_s must be >= 0"))
         if self.max_concurrent_episodes <= 0:
             found.append(("max_concurrent_episodes", "max_concurrent_episodes must be positive"))
-        if self.group_size < 1:
-            found.append(("group_size", f"group_size must be >= 1, got {self.group_size}"))
-        elif self.reward_baseline == RewardBaseline.group_mean and self.group_size < 2:
-            found.append(("reward_baseline", "reward_baseline group_mean needs groups of at least 2 episodes "
-                                             "(gconfig.n_samples)"))
         if problem := RewardBaseline.problem("reward_baseline", self.reward_baseline):
             found.append(("reward_baseline", problem))
         if problem := Tau2LogLevel.problem("tau2_log_level", self.tau2_log_level):

@@ -410,7 +410,7 @@ def test_every_episode_field_has_a_flag_and_lands_in_settings_or_session():
     episode = plan.settings()["episode"]
     assert set(episode) | set(OPERATIONAL_FIELDS) | {"agent_model", "user_model"} == set(hints) - set(
         tau2_eval.TRAINING_ONLY_FIELDS)
-    assert (plan.env.reward_baseline, plan.env.group_size) == ("none", 1)  # evaluation scores raw rewards
+    assert plan.env.reward_baseline == "none"  # evaluation scores raw rewards
     assert set(plan.session()["operational"]) == set(OPERATIONAL_FIELDS) & set(hints)
 
 
@@ -484,12 +484,15 @@ def test_a_training_configs_temperature_comes_from_where_training_derives_it(tmp
 
 
 def test_a_training_configs_reward_baseline_never_reaches_evaluation(tmp_path):
-    """A learning config centers rewards on groups of 8; an evaluation episode must not wait for a group."""
+    """A learning config centers rewards on groups of 8 and drops uniform ones; evaluation scores raw
+    rewards of single episodes."""
     cfg = tmp_path / "c.yaml"
-    cfg.write_text("econfig:\n  reward_baseline: group_mean\n  group_size: 8\n  max_steps: 7\n")
+    cfg.write_text("econfig:\n  reward_baseline: group_mean\n  group_size: 8\n  drop_uniform_groups: true\n"
+                   "  max_steps: 7\n")
     plan = parse("--config", str(cfg), "--user-base-url", "http://127.0.0.1:9/v1", "--user-model", "u")
-    assert (plan.env.reward_baseline, plan.env.group_size, plan.env.max_steps) == ("none", 1, 7)
-    assert "reward_baseline" not in plan.settings()["episode"]
+    assert (plan.env.reward_baseline, plan.env.max_steps) == ("none", 7)
+    assert plan.env.drop_uniform_groups is False
+    assert not {"reward_baseline", "group_size", "drop_uniform_groups"} & set(plan.settings()["episode"])
 
 
 @pytest.mark.parametrize("text,message", [

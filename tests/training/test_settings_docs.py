@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from examples.tau2.tau2_utils import Tau2EnvConfig
 from examples.tau2.training.config import Tau2TrainEnvConfig
 from examples.tau2.training.settings_docs import (
     CONFIG_YAML,
@@ -49,4 +50,4 @@ def test_a_field_is_described_by_its_first_sentence_and_its_choices():
     assert describe(Tau2TrainEnvConfig, "domain") == (
         "One tau2 domain; null when `mix` is set. One of airline, retail, telecom, mock.")
     # A derived field re-declared without a docstring keeps the episode field's.
-    assert field_docs(Tau2TrainEnvConfig)["group_size"] == "Episodes AReaL runs together as one group."
+    assert field_docs(Tau2TrainEnvConfig)["temperature"] == field_docs(Tau2EnvConfig)["temperature"]

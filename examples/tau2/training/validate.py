@@ -29,6 +29,7 @@ from examples.tau2.releases import regraded
 from examples.tau2.runtime.endpoints import endpoint_problems
 from examples.tau2.runtime.live_runs import seed_collision
 from examples.tau2.slurm.checks import check_slurm, describe_cluster
+from examples.tau2.tau2_utils import RewardBaseline
 from examples.tau2.training import dataset as tau2_dataset
 from examples.tau2.training.alloc import parse_backend
 from examples.tau2.training.config import LoadedConfig, Tau2PPOConfig, Tau2TrainEnvConfig
@@ -401,8 +402,13 @@ def check_training(config: Tau2PPOConfig, train_rows: int | None) -> list[str]:
     errors = []
     econfig, agent = config.econfig, config.rollout.agent
     if econfig.drop_uniform_groups and config.gconfig.n_samples == 1:  # below 1: check_values
-        errors.append(f"econfig.drop_uniform_groups drops every group of gconfig.n_samples="
-                      f"{config.gconfig.n_samples} episode; use n_samples >= 2 or turn the filter off")
+        errors.append("econfig.drop_uniform_groups compares the episodes of a group, but "
+                      f"gconfig.n_samples={config.gconfig.n_samples} makes groups of one; use n_samples >= 2 "
+                      "or turn the filter off")
+    if econfig.reward_baseline == RewardBaseline.group_mean and config.gconfig.n_samples == 1:
+        errors.append("econfig.reward_baseline group_mean centers each reward on its group's mean, but "
+                      f"gconfig.n_samples={config.gconfig.n_samples} makes groups of one (every reward 0); "
+                      "use n_samples >= 2 or reward_baseline none")
     errors += config.derivation_errors()
     if agent.mode != "inline":
         errors.append(f"rollout.agent.mode must be inline (Tau2AgentWorkflow takes the proxy's base_url, "
@@ -633,7 +639,7 @@ def build_plan(loaded: LoadedConfig) -> Plan:
     proxy = (f"mode {agent.mode}, tool parser {agent.tool_call_parser}, reasoning parser "
              f"{agent.reasoning_parser}, export {agent.export_style}, turn_discount {agent.turn_discount}, "
              f"admin key {key}, prompts rendered as {rendering}'s server does (econfig.serving_engine)")
-    group_filter = ("drop groups whose rows all carry one reward" if econfig.drop_uniform_groups
+    group_filter = ("drop groups whose episodes all train on one reward" if econfig.drop_uniform_groups
                     else "off (every group trains)")
     data = _data_plan(config)
     per_epoch = steps_per_epoch(config, sum(data.train_rows.values())) if data is not None else None

@@ -1,0 +1,173 @@
+"""A GRPO group through AReaL 1.0.4's proxy: run every episode, score the group once, then export.
+
+AReaL 1.0.4's group (`GroupedRolloutWorkflow`, `areal/infra/remote_inf_engine.py`) gathers its
+`OpenAIProxyWorkflow` episodes without `return_exceptions`, and each episode hands its agent's reward
+to the proxy on its own. So one `EpisodeRejected` (a user simulator that stayed down, a timeout) fails
+the whole group, and no reward can depend on the episode's siblings. Here an episode has two phases:
+
+1. `DropRejectedProxyWorkflow.start_episode`: as AReaL's inline proxy workflow (grant capacity, proxy
+   session, agent), up to the agent's raw reward or its `EpisodeRejected`; the session stays open.
+2. `finish_episode`: the episode's training reward to its last completion (`set_last_reward`), then
+   the session is ended and exported, which frees its recorded turns on the proxy at once. Rejected
+   episodes and those of a dropped group are exported too, and return no rows.
+
+`PartialGroupWorkflow` runs phase 1 for the group's episodes, asks `training.group.score_group` for
+the training rewards (minimum size, baseline, uniform groups), records its stats, and runs phase 2
+for each. An episode that raised anything but a rejection still fails the group, after every other
+episode's session is ended. A group of one (evaluation's default) is `DropRejectedProxyWorkflow`
+alone, with the raw reward. An episode that finished without a policy call counts as finished (its
+reward is compared) but has no rows to train.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from areal.experimental.openai import OpenAIProxyWorkflow
+from areal.experimental.openai.proxy.client_session import OpenAIProxyClient
+from areal.infra import workflow_context
+from areal.infra.remote_inf_engine import GroupedRolloutWorkflow
+from areal.utils import stats_tracker
+from areal.utils.perf_tracer import session_context
+
+from examples.tau2.tau2_utils import EpisodeRejected
+from examples.tau2.training.group import DropReason, GroupRules, score_group
+
+logger = logging.getLogger("tau2_areal.groups")
+
+Rows = dict[str, Any]
+"""{completion_id: interaction}, as the proxy exports a session."""
+
+
+@runtime_checkable
+class RuledAgent(Protocol):
+    """An agent that says how its groups are scored (`Tau2AgentWorkflow`)."""
+
+    def group_rules(self) -> GroupRules: ...
+
+
+def _record(**values: float) -> None:
+    """Scalars into AReaL's stats tracker (rollout/ or eval-rollout/); nothing outside a rollout."""
+    try:
+        stats_tracker.get(workflow_context.stat_scope()).scalar(**values)
+    except Exception as e:  # not inside an AReaL rollout task
+        logger.debug("stats not recorded: %s", e)
+
+
+@dataclass
+class StartedEpisode:
+    """An episode after phase 1: its agent returned a raw reward or rejected it; its session is open."""
+
+    proxy: OpenAIProxyClient
+    session: AsyncExitStack
+    """Closing it ends the proxy session."""
+    reward: float | None
+    """The agent's raw reward; None: rejected."""
+    rejection: EpisodeRejected | None = None
+
+
+class DropRejectedProxyWorkflow(OpenAIProxyWorkflow):
+    """AReaL's proxy workflow in inline mode, in two phases; a rejected episode returns None."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        if self.mode != "inline":
+            raise ValueError(f"DropRejectedProxyWorkflow runs agents inline, not in {self.mode!r} mode")
+
+    def group_rules(self) -> GroupRules:
+        """The agent's rules for its groups; defaults (raw rewards, no uniform drop) when it has none."""
+        return self.agent.group_rules() if isinstance(self.agent, RuledAgent) else GroupRules()
+
+    @session_context()
+    async def start_episode(self, data: dict[str, Any]) -> StartedEpisode:
+        """Phase 1: run the agent. Any exception but a rejection ends the session and is raised."""
+        http_session = await workflow_context.get_aiohttp_session()
+        await self._grant_capacity(http_session)  # as AReaL: staleness is the controller's business
+        proxy = OpenAIProxyClient(session=http_session, base_url=self.proxy_addr,
+                                  task_id=str(workflow_context.get().task_id),
+                                  admin_api_key=self._admin_api_key)
+        session = AsyncExitStack()
+        await session.enter_async_context(proxy)
+        try:
+            reward = await self._run_agent(proxy.session_api_key, data)
+            if not isinstance(reward, float):
+                raise ValueError(f"the agent must return a float reward, got {type(reward).__name__}")
+        except EpisodeRejected as e:
+            return StartedEpisode(proxy, session, None, e)
+        except BaseException:
+            await session.aclose()
+            raise
+        return StartedEpisode(proxy, session, reward)
+
+    async def finish_episode(self, episode: StartedEpisode, reward: float | None) -> Rows | None:
+        """Phase 2: `reward` (None: none) to the last completion, then end and export the session.
+        Returns the rows, or None for a rejected episode."""
+        async with episode.session:
+            if reward is not None:
+                await episode.proxy.set_last_reward(reward)
+        # Exporting also deletes the session on the proxy: a discarded episode's turns are freed now.
+        rows = await episode.proxy.export_interactions(discount=self.discount, style=self.export_style)
+        if episode.rejection is not None:
+            logger.info("episode dropped alone (%s); %d recorded turn(s) discarded",
+                        episode.rejection.reason.value, len(rows))
+            return None
+        if rows and reward is not None:
+            _record(reward=rows[next(reversed(rows))].reward)
+        return rows
+
+    async def arun_episode(self, engine: Any, data: dict[str, Any]) -> Rows | None:
+        """A group of one: trained on its raw reward."""
+        episode = await self.start_episode(data)
+        return await self.finish_episode(episode, episode.reward)
+
+
+class PartialGroupWorkflow(GroupedRolloutWorkflow):
+    """AReaL's group of `group_size` episodes, scored as a whole by `training.group.score_group`."""
+
+    workflow: DropRejectedProxyWorkflow
+
+    async def arun_episode(self, engine: Any, data: dict[str, Any]) -> Rows | None:
+        starts = [asyncio.ensure_future(self.workflow.start_episode(data)) for _ in range(self.group_size)]
+        try:
+            results = await asyncio.gather(*starts, return_exceptions=True)
+        except BaseException:  # cancelled: the episodes that had started must not keep their sessions
+            await self._discard([t.result() for t in starts
+                                 if t.done() and not t.cancelled() and t.exception() is None])
+            raise
+        episodes = [r for r in results if isinstance(r, StartedEpisode)]
+        failure = next((r for r in results if isinstance(r, BaseException)), None)
+        if failure is not None:
+            await self._discard(episodes)
+            raise failure
+        rules = self.workflow.group_rules()
+        outcome = score_group([e.reward for e in episodes], rules)
+        _record(**outcome.stats())
+        ends = await asyncio.gather(*(self.workflow.finish_episode(e, r)
+                                      for e, r in zip(episodes, outcome.rewards, strict=True)),
+                                    return_exceptions=True)
+        failure = next((end for end in ends if isinstance(end, BaseException)), None)
+        if failure is not None:  # raised once every other session has ended
+            raise failure
+        if outcome.dropped is DropReason.TOO_FEW:
+            logger.warning("group dropped: %d of %d episodes remain (fewer than %d)", outcome.kept,
+                           self.group_size, rules.min_episodes)
+        if outcome.dropped is not None:  # uniform groups are common (all failed): not worth a warning
+            return None
+        merged: Rows = {}
+        for end in ends:
+            if isinstance(end, dict):  # None: a rejected episode
+                merged.update(end)
+        return merged or None
+
+    async def _discard(self, episodes: Sequence[StartedEpisode]) -> None:
+        """End and export the sessions of episodes that will not train (errors only logged)."""
+        ends = await asyncio.gather(*(self.workflow.finish_episode(e, None) for e in episodes),
+                                    return_exceptions=True)
+        for end in ends:
+            if isinstance(end, BaseException):
+                logger.warning("a discarded episode's proxy session did not end cleanly: %s", end)
