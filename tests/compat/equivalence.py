@@ -5,8 +5,10 @@ A trajectory is built by executing actions on a real tau2 environment: the groun
 ground truth with one action dropped, with one argument altered, with one action repeated, and cut short
 by tau2's step limit. Each is scored twice, with tau2's own `evaluate_simulation` (inside
 `tau2_cache.enabled(False)`) and with the cached path; the `RewardInfo`s (reward, breakdown, every check
-and note) must be identical. An exception counts as a result only where both sides raise the same one of
-tau2's on-purpose errors (`ON_PURPOSE_ERRORS`); any other exception, or one side raising alone, fails.
+and note) must be identical (the whole-split tests take stock's side from results committed per release,
+`stock_references.py`, and score a fresh sample live). An exception counts as a result only where both
+sides raise the same one of tau2's on-purpose errors (`ON_PURPOSE_ERRORS`); any other exception, or one
+side raising alone, fails.
 Equal results are not enough either: `assert_meaningful` checks the outcomes tau2 fixes on its own (its
 ground truth passes, a run cut short by the step limit fails), so that an evaluator that always raised,
 always passed or always failed on both sides cannot look equivalent.
@@ -23,6 +25,7 @@ from tau2.data_model.simulation import RewardInfo, SimulationRun, TerminationRea
 from tau2.data_model.tasks import Action, Task
 
 from examples.tau2.compat import tau2_cache, tau2_judge
+from examples.tau2.cpu.scripted_endpoint import judge_reply
 from examples.tau2.episode import domain as tau2_domain
 
 
@@ -51,6 +54,12 @@ def simulate(domain: str, task: Task, actions: list[Action], *, solo: bool = Fal
         messages.append(UserMessage(role="user", content="Thanks. ###STOP###"))
     return SimulationRun(id=f"sim-{task.id}", task_id=task.id, start_time="", end_time="", duration=0.0,
                          termination_reason=termination, messages=messages)
+
+
+def agreeing_judge(messages: list[dict], args: dict) -> str:
+    """tau2 1.0.x's NL-assertion judge, scripted to find every expected outcome met (the judge's verdicts
+    are an input of the evaluator, not what the equivalence tests check)."""
+    return judge_reply(messages, True)
 
 
 def _altered(action: Action) -> Action:

