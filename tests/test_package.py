@@ -180,3 +180,11 @@ def test_every_file_the_docs_name_or_link_exists():
                     REPO / Path(rel).parent / target).exists():
                 missing.append(f"{rel}: link {target}")
     assert not missing, "\n".join(missing)
+
+
+def test_the_readme_names_the_core_path_in_at_most_ten_files_that_exist():
+    """README → one episode → its training rows → the PPO step: the numbered list under "Layout"."""
+    layout = (REPO / "README.md").read_text().split("## Layout", 1)[1].split("```", 1)[0]
+    files = re.findall(r"^\d+\. `([^`]+)`", layout, re.MULTILINE)
+    assert files[0] == "tau2_agent.py" and "training/trainer.py" in files and len(files) + 1 <= 10, files
+    assert [f for f in files if not (REPO / "examples" / "tau2" / f).is_file()] == []
