@@ -188,3 +188,17 @@ def test_the_readme_names_the_core_path_in_at_most_ten_files_that_exist():
     files = re.findall(r"^\d+\. `([^`]+)`", layout, re.MULTILINE)
     assert files[0] == "tau2_agent.py" and "training/trainer.py" in files and len(files) + 1 <= 10, files
     assert [f for f in files if not (REPO / "examples" / "tau2" / f).is_file()] == []
+
+
+def test_no_class_is_built_at_run_time():
+    """Every class is written out where an IDE finds it: none defined inside a function, none by `type()`."""
+    built = []
+    for path in sorted((REPO / "examples" / "tau2").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                built += [f"{path.name}: class {c.name} in {node.name}" for c in ast.walk(node)
+                          if isinstance(c, ast.ClassDef)]
+            elif isinstance(node, ast.Call) and getattr(node.func, "id", "") == "type" \
+                    and len(node.args) == 3:
+                built.append(f"{path.name}:{node.lineno}: type(name, bases, namespace)")
+    assert built == []
