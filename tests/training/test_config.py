@@ -211,6 +211,18 @@ def test_the_original_example_s_key_names_are_answered_with_today_s(old, new):
         load(f"{old}=x")
 
 
+def test_a_removed_key_says_why_it_is_gone(tmp_path):
+    expected = r"^econfig.group_size is gone: a GRPO group is gconfig.n_samples episodes, scored as one"
+    with pytest.raises(ConfigError, match=expected + r".*; drop the key$"):
+        load("++econfig.group_size=8")
+    yaml_file = tmp_path / "old.yaml"
+    head, section, rest = CONFIG.read_text().partition("\neconfig:")
+    first_line, newline, others = rest.partition("\n")
+    yaml_file.write_text(head + section + first_line + newline + "  group_size: 8\n" + others)
+    with pytest.raises(ConfigError, match=expected + r".*; drop it from the YAML$"):
+        load_config(["--config", str(yaml_file)])
+
+
 @pytest.mark.parametrize(("override", "expected"), [
     ("gconfig.n_samples=abc", "invalid config: gconfig.n_samples: Value 'abc' of type 'str' could not be "
                               "converted to Integer"),

@@ -50,6 +50,9 @@ TREE_TRAINING_KEY = "actor.enable_tree_training"
 RENAMED_KEYS = {"econfig.user_llm": "econfig.user_model",
                 "econfig.user_llm_base_url": "econfig.user_base_url"}
 """The original AReaL example's names for settings this project names otherwise."""
+REMOVED_KEYS = {"econfig.group_size": "a GRPO group is gconfig.n_samples episodes, scored as one "
+                                      "(training/group.py)"}
+"""Settings earlier releases of this project had, and why they are gone."""
 ADMIN_KEY = "rollout.agent.admin_api_key"
 ADMIN_KEY_ENV = "TAU2_ADMIN_KEY"
 """The proxy's admin key from the environment (`tau2_rl.sh` exports a fresh one): a key given as an
@@ -345,6 +348,8 @@ def load_config(argv: list[str]) -> LoadedConfig:
     for old in [_override_key(o) for o in rest if _override_key(o) in RENAMED_KEYS]:
         raise ConfigError(f"{old} is the original example's name: here it is {RENAMED_KEYS[old]} "
                           f"({RENAMED_KEYS[old]}=...)")
+    for gone in [_override_key(o) for o in rest if _override_key(o) in REMOVED_KEYS]:
+        raise ConfigError(f"{gone} is gone: {REMOVED_KEYS[gone]}; drop the key")
     for o in rest:
         if _override_key(o) == ALLOCATION_KEY:
             cli_mode = o.split("=", 1)[1].strip().strip("'\"")  # the last one wins, as in Hydra
@@ -355,6 +360,8 @@ def load_config(argv: list[str]) -> LoadedConfig:
         overrides.append(f"++{ADMIN_KEY}={hydra_quoted(admin_key)}")
 
     raw = compose_raw(config_file, overrides)
+    for gone in [key for key in REMOVED_KEYS if OmegaConf.select(raw, key, default=None) is not None]:
+        raise ConfigError(f"{gone} is gone: {REMOVED_KEYS[gone]}; drop it from the YAML")
     mode = cli_mode or str(raw.get(ALLOCATION_KEY) or "")
     backends = None
     if mode:
@@ -368,6 +375,8 @@ def load_config(argv: list[str]) -> LoadedConfig:
             overrides.append(f"++ref.backend='{backends.train}'")
         overrides.append(f"++{ALLOCATION_KEY}=''")
         raw = compose_raw(config_file, overrides)
+    for gone in [key for key in REMOVED_KEYS if OmegaConf.select(raw, key, default=None) is not None]:
+        raise ConfigError(f"{gone} is gone: {REMOVED_KEYS[gone]}; drop it from the YAML")
 
     notes = []
     tree_off = _tree_training_off(raw, overrides)
@@ -375,6 +384,8 @@ def load_config(argv: list[str]) -> LoadedConfig:
         notes.append(tree_off)
         overrides.append(f"++{TREE_TRAINING_KEY}=false")
         raw = compose_raw(config_file, overrides)
+    for gone in [key for key in REMOVED_KEYS if OmegaConf.select(raw, key, default=None) is not None]:
+        raise ConfigError(f"{gone} is gone: {REMOVED_KEYS[gone]}; drop it from the YAML")
     try:
         config: Any = OmegaConf.to_object(to_structured_cfg(raw, config_cls=Tau2PPOConfig))
     except (OmegaConfBaseException, ValueError, TypeError) as e:
