@@ -64,12 +64,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         group = AREAL_PROCESS_MODULES.get(item.module.__name__) if item.module is not None else None
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
-    # The groups first, then slow tests, then the rest. xdist hands out the scope with the most tests
-    # first (a group), then one scope at a time in this order: a long test collected late (the SLURM
-    # smoke run, alone in its group) would otherwise start near the end and run alone while the other
-    # worker idles.
-    items.sort(key=lambda item: (item.get_closest_marker("xdist_group") is None,
-                                 item.get_closest_marker("slow") is None))
 
 
 @pytest.fixture(autouse=True)
