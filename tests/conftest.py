@@ -3,14 +3,16 @@
 Every test starts from an unpredictable `random` state (`fresh_random_state`), as a fresh process does:
 AReaL 1.0.4 seeds Python's `random` with `config.seed` before it picks free ports at random, so code that
 runs after a seeded test in this process would otherwise pick the ports a trainer it starts is about to
-bind. For the same reason two AReaL runs of one config started at once pick the same ports: under
-pytest-xdist (`scripts/test.sh` runs two workers, `--dist loadgroup`) the tests that start AReaL's
-processes (`AREAL_PROCESS_MODULES`) share one worker per seed and so run one at a time.
+bind. For the same reason two AReaL runs of one config started at once pick the same ports: the tests
+that start AReaL's processes (`AREAL_PROCESS_MODULES`) hold one lock file per seed while they run
+(`one_areal_run_per_seed`), so that they run one at a time across pytest-xdist's workers and across
+suites run side by side on one machine.
 """
 
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import os
 import random
 import shutil
@@ -18,6 +20,7 @@ import signal
 import socket
 import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -57,6 +60,23 @@ SLURM smoke runs use another seed than every run of `areal-processes`, so the tw
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     shutil.rmtree(LIVE_RUNS_DIR, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def one_areal_run_per_seed(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test of an `AREAL_PROCESS_MODULES` group holds its group's lock file while it runs. The groups'
+    xdist marks alone do not keep them apart: pytest-xdist 3.8's `loadgroup` renames `item._nodeid`,
+    which pytest 9 no longer reads, so grouped tests are handed to both workers."""
+    group = AREAL_PROCESS_MODULES.get(request.module.__name__) if request.module is not None else None
+    if group is None:
+        yield
+        return
+    with (Path(tempfile.gettempdir()) / f"tau2-areal-tests-{group}-{os.getuid()}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
