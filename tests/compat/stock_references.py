@@ -115,11 +115,21 @@ def entry(result: RewardInfo | Exception) -> str:
 
 def data_digest(domain: str) -> str:
     """Of every file of the domain's data (tasks, databases, splits, policies)."""
-    root = tau2_cache.domain_data_dir(domain)
+    return tree_digest(tau2_cache.domain_data_dir(domain))
+
+
+def tree_digest(root: Path) -> str:
+    """Of every file under `root` by relative path, bytecode left out: pip compiles the `.py` files it
+    installs (telecom ships one), and each `.pyc` records its source's install time, so it differs
+    between two installs of the same wheel."""
     digest = hashlib.sha256()
-    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+    for path in sorted(p for p in root.rglob("*") if p.is_file() and not is_bytecode(p.relative_to(root))):
         digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()[:16]
+
+
+def is_bytecode(relative: Path) -> bool:
+    return relative.suffix == ".pyc" or "__pycache__" in relative.parts
 
 
 def load(domain: str) -> dict[str, str]:

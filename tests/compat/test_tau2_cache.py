@@ -65,6 +65,21 @@ def test_cached_rewards_equal_stock_on_whole_test_split(domain):
     assert_meaningful(stock_references.check_whole_test_split(domain))
 
 
+def test_the_data_digest_is_of_the_data_and_not_of_the_install(tmp_path):
+    """Two installs of one wheel give the same digest: pip's bytecode (whose header holds the install
+    time) is left out; a changed data file changes it."""
+    (tmp_path / "workflows").mkdir()
+    (tmp_path / "tasks.json").write_text("[]")
+    (tmp_path / "workflows" / "dot_2_pdf.py").write_text("print()")
+    before = stock_references.tree_digest(tmp_path)
+    bytecode = tmp_path / "workflows" / "__pycache__" / "dot_2_pdf.cpython-311.pyc"
+    bytecode.parent.mkdir()
+    bytecode.write_bytes(b"\xa7\r\r\n install time")
+    assert stock_references.tree_digest(tmp_path) == before
+    (tmp_path / "tasks.json").write_text("[{}]")
+    assert stock_references.tree_digest(tmp_path) != before
+
+
 @pytest.fixture
 def one_telecom_task() -> tuple[list[str], dict[str, str]]:
     """The first telecom test task and the committed reference's entries for its cases (telecom: the
