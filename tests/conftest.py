@@ -4,9 +4,10 @@ Every test starts from an unpredictable `random` state (`fresh_random_state`), a
 AReaL 1.0.4 seeds Python's `random` with `config.seed` before it picks free ports at random, so code that
 runs after a seeded test in this process would otherwise pick the ports a trainer it starts is about to
 bind. For the same reason two AReaL runs of one config started at once pick the same ports: the tests
-that start AReaL's processes (`AREAL_PROCESS_MODULES`) hold one lock file per seed while they run
-(`one_areal_run_per_seed`), so that they run one at a time across pytest-xdist's workers and across
-suites run side by side on one machine.
+that start AReaL's processes (`AREAL_PROCESS_MODULES`) run as one unit per seed on one pytest-xdist
+worker, handed out before the other tests (`GroupsFirstScheduling`, with `--dist loadgroup`), and hold one
+lock file per seed while they run (`one_areal_run_per_seed`), which also keeps two suites run side by
+side on one machine apart.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from xdist.scheduler import LoadGroupScheduling
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 # Each pytest process (every xdist worker: not inherited from the controller) keeps its own record of the
@@ -64,9 +66,9 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 @pytest.fixture(autouse=True)
 def one_areal_run_per_seed(request: pytest.FixtureRequest) -> Iterator[None]:
-    """A test of an `AREAL_PROCESS_MODULES` group holds its group's lock file while it runs. The groups'
-    xdist marks alone do not keep them apart: pytest-xdist 3.8's `loadgroup` renames `item._nodeid`,
-    which pytest 9 no longer reads, so grouped tests are handed to both workers."""
+    """A test of an `AREAL_PROCESS_MODULES` group holds its group's lock file while it runs: within one
+    suite `GroupsFirstScheduling` already runs a group on one worker; the lock keeps apart the runs of
+    suites started side by side, or with another `--dist`."""
     group = AREAL_PROCESS_MODULES.get(request.module.__name__) if request.module is not None else None
     if group is None:
         yield
@@ -79,11 +81,32 @@ def one_areal_run_per_seed(request: pytest.FixtureRequest) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        group = AREAL_PROCESS_MODULES.get(item.module.__name__) if item.module is not None else None
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
+def areal_group_of_node(nodeid: str) -> str | None:
+    """The group of a test id such as `tests/cpu/test_smoke_faults.py::test_x[a]`, from its module's path."""
+    path = nodeid.split("::", 1)[0]
+    module = path.removesuffix(".py").replace("/", ".")
+    return AREAL_PROCESS_MODULES.get(module) if path.endswith(".py") else None
+
+
+class GroupsFirstScheduling(LoadGroupScheduling):
+    """`--dist loadgroup`, with the groups taken from `AREAL_PROCESS_MODULES` by test id and handed out
+    first. pytest-xdist 3.8 marks a grouped test by renaming `item._nodeid`, which pytest 9 no longer
+    reads, so its own groups never form and grouped tests go to both workers (where they would wait on
+    each other's lock). The groups are the suite's longest units, so they start first and the short tests
+    fill the other worker around them."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        return areal_group_of_node(nodeid) or super()._split_scope(nodeid)
+
+    def _assign_work_unit(self, node: Any) -> None:
+        for group in reversed(sorted(set(AREAL_PROCESS_MODULES.values()))):
+            if group in self.workqueue:
+                self.workqueue.move_to_end(group, last=False)
+        super()._assign_work_unit(node)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> LoadGroupScheduling | None:
+    return GroupsFirstScheduling(config, log) if config.getvalue("dist") == "loadgroup" else None
 
 
 @pytest.fixture(autouse=True)

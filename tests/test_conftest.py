@@ -1,0 +1,83 @@
+"""The suite's scheduler (`conftest.GroupsFirstScheduling`), driven by pytest-xdist's own scheduling code
+with two stand-in workers: every group of tests that start AReaL's processes goes whole to one worker,
+before any other test, and every test is sent exactly once."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from tests.conftest import AREAL_PROCESS_MODULES, GroupsFirstScheduling, pytest_xdist_make_scheduler
+
+COLLECTION = [
+    "tests/compat/test_tau2_cache.py::test_a",
+    "tests/cpu/test_smoke_faults.py::test_outage[vllm]",
+    "tests/cpu/test_smoke_faults.py::test_outage[user]",
+    "tests/eval/test_evaluate.py::test_b",
+    "tests/slurm/test_scheduler.py::test_c",
+    "tests/slurm/test_smoke_on_slurm.py::test_scancel",
+    "tests/test_proxy_integration.py::test_d",
+    "tests/test_tau2_agent.py::test_e[a@b]",
+    "tests/test_tau2_train.py::test_f",
+    "tests/training/test_recover.py::test_g",
+]
+
+
+class Worker:
+    """What the scheduler uses of pytest-xdist's `WorkerController`: it records the tests sent to it."""
+
+    def __init__(self, name: str) -> None:
+        self.gateway = SimpleNamespace(id=name)
+        self.sent: list[list[int]] = []
+        self.shutting_down = False
+
+    def send_runtest_some(self, indexes: list[int]) -> None:
+        self.sent.append(list(indexes))
+
+    def shutdown(self) -> None:
+        self.shutting_down = True
+
+    def pending(self, done: set[int]) -> list[int]:
+        return [i for unit in self.sent for i in unit if i not in done]
+
+
+def config(dist: str, reorder: bool = True) -> SimpleNamespace:
+    """What the scheduler reads of pytest's config: `-n 2`, `--dist` and `--[no-]loadscope-reorder`."""
+    return SimpleNamespace(getvalue={"tx": ["2*popen"], "dist": dist}.get,
+                           option=SimpleNamespace(loadscopereorder=reorder))
+
+
+def group_indexes(group: str) -> list[int]:
+    modules = [m.replace(".", "/") + ".py::" for m, g in AREAL_PROCESS_MODULES.items() if g == group]
+    return [i for i, nodeid in enumerate(COLLECTION) if nodeid.startswith(tuple(modules))]
+
+
+@pytest.mark.parametrize("reorder", [True, False], ids=["reorder", "no-reorder"])
+def test_each_group_goes_whole_to_one_worker_first_and_every_test_runs_once(reorder):
+    scheduler = pytest_xdist_make_scheduler(config("loadgroup", reorder), None)  # type: ignore[arg-type]
+    assert isinstance(scheduler, GroupsFirstScheduling)
+    workers = [Worker("gw0"), Worker("gw1")]
+    for worker in workers:
+        scheduler.add_node(worker)  # type: ignore[arg-type]
+    for worker in workers:
+        scheduler.add_node_collection(worker, COLLECTION)  # type: ignore[arg-type]
+    scheduler.schedule()
+    processes, slurm = group_indexes("areal-processes"), group_indexes("areal-slurm")
+    assert len(processes) == 5 and len(slurm) == 1
+    assert [w.sent[0] for w in workers] == [processes, slurm]
+
+    done: set[int] = set()
+    while not all(w.shutting_down for w in workers):  # each worker finishes its tests one at a time
+        for worker in workers:
+            if pending := worker.pending(done):
+                done.add(pending[0])
+                scheduler.mark_test_complete(worker, pending[0])  # type: ignore[arg-type]
+    sent = [i for w in workers for unit in w.sent for i in unit]
+    assert sorted(sent) == list(range(len(COLLECTION)))
+    for group in (processes, slurm):
+        assert sum(any(i in group for unit in w.sent for i in unit) for w in workers) == 1
+
+
+def test_other_dist_modes_keep_pytest_xdist_s_scheduler():
+    assert pytest_xdist_make_scheduler(config("load"), None) is None  # type: ignore[arg-type]
