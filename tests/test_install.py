@@ -164,8 +164,8 @@ def test_a_failed_torch_install_points_at_torch_index_url(tmp_path):
 
 @pytest.mark.parametrize("failing", ["install.sh", "install_vllm_cpu.sh"])
 def test_the_test_command_stops_when_either_install_fails(tmp_path, failing):
-    """scripts/test.sh builds the two venvs side by side: either one failing stops it with that install's
-    own message, before ruff or pytest run; the other (current here) is waited for."""
+    """scripts/test.sh builds the two venvs side by side (scripts/install_all.sh): either one failing stops
+    it with that install's own message, before ruff or pytest run; the other (current here) is waited for."""
     venv, vllm = tmp_path / "venv", tmp_path / "venv-vllm"
     if failing != "install.sh":  # current: install.sh has nothing to do
         venv.mkdir()
@@ -181,5 +181,5 @@ def test_the_test_command_stops_when_either_install_fails(tmp_path, failing):
     assert out.returncode == 1, out.stderr
     assert f"{failing}: no-such-python3.11 not found" in out.stderr
     assert out.stderr.count("not found") == 1
-    assert out.stderr.rstrip().endswith("test.sh: an install failed (its error is above)")
+    assert out.stderr.rstrip().endswith("install_all.sh: an install failed (its error is above)")
     assert "All checks passed" not in out.stdout + out.stderr
