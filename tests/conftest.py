@@ -105,6 +105,7 @@ class GroupsFirstScheduling(LoadGroupScheduling):
         super()._assign_work_unit(node)
 
 
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's: the suite also runs with `-p no:xdist`
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> LoadGroupScheduling | None:
     return GroupsFirstScheduling(config, log) if config.getvalue("dist") == "loadgroup" else None
 

@@ -4,6 +4,9 @@ before any other test, and every test is sent exactly once."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -81,3 +84,12 @@ def test_each_group_goes_whole_to_one_worker_first_and_every_test_runs_once(reor
 
 def test_other_dist_modes_keep_pytest_xdist_s_scheduler():
     assert pytest_xdist_make_scheduler(config("load"), None) is None  # type: ignore[arg-type]
+
+
+def test_the_suite_runs_without_pytest_xdist():
+    """The scheduler hook is optional: `-p no:xdist` (one plain process) still collects and runs tests."""
+    out = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider", "-q",
+                          "tests/test_tau2_utils.py", "-k", "shape_reward"],
+                         cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert " passed" in out.stdout
