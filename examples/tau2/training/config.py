@@ -360,6 +360,7 @@ def load_config(argv: list[str]) -> LoadedConfig:
         overrides.append(f"++{ADMIN_KEY}={hydra_quoted(admin_key)}")
 
     raw = compose_raw(config_file, overrides)
+    # The later compositions below add only the project's own overrides, never a removed key.
     for gone in [key for key in REMOVED_KEYS if OmegaConf.select(raw, key, default=None) is not None]:
         raise ConfigError(f"{gone} is gone: {REMOVED_KEYS[gone]}; drop it from the YAML")
     mode = cli_mode or str(raw.get(ALLOCATION_KEY) or "")
@@ -375,8 +376,6 @@ def load_config(argv: list[str]) -> LoadedConfig:
             overrides.append(f"++ref.backend='{backends.train}'")
         overrides.append(f"++{ALLOCATION_KEY}=''")
         raw = compose_raw(config_file, overrides)
-    for gone in [key for key in REMOVED_KEYS if OmegaConf.select(raw, key, default=None) is not None]:
-        raise ConfigError(f"{gone} is gone: {REMOVED_KEYS[gone]}; drop it from the YAML")
 
     notes = []
     tree_off = _tree_training_off(raw, overrides)
@@ -384,8 +383,6 @@ def load_config(argv: list[str]) -> LoadedConfig:
         notes.append(tree_off)
         overrides.append(f"++{TREE_TRAINING_KEY}=false")
         raw = compose_raw(config_file, overrides)
-    for gone in [key for key in REMOVED_KEYS if OmegaConf.select(raw, key, default=None) is not None]:
-        raise ConfigError(f"{gone} is gone: {REMOVED_KEYS[gone]}; drop it from the YAML")
     try:
         config: Any = OmegaConf.to_object(to_structured_cfg(raw, config_cls=Tau2PPOConfig))
     except (OmegaConfBaseException, ValueError, TypeError) as e:
