@@ -18,6 +18,7 @@ from examples.tau2.training.group import GroupRules
 from tests.tau2_train_support import CONFIG, REPO, clean_overrides, load, write_model
 
 SCRIPT = REPO / "examples" / "tau2" / "tau2_rl.sh"
+OWN_DOMAIN = REPO / "examples" / "tau2" / "docs" / "own_domain"
 
 
 def dry_run(capsys, *overrides: str) -> tuple[int, str]:
@@ -139,6 +140,63 @@ def test_dry_run_mix_and_local_model(capsys, tmp_path, endpoint):
         "  group filter    off (every group trains)",
     ]:
         assert line in lines, (line, out)
+
+
+def test_dry_run_plans_a_domain_from_a_module(capsys, tmp_path, endpoint, monkeypatch):
+    """The example domain (docs/own_domain.md), from its module on sys.path: its splits, rows and grading."""
+    monkeypatch.syspath_prepend(str(OWN_DOMAIN))
+    rc, out = dry_run(capsys, *clean_overrides(tmp_path, endpoint.url), "econfig.domain=library",
+                      "econfig.domain_modules=[library_desk]", "train_dataset.batch_size=3")
+    assert rc == 0, out
+    lines = out.splitlines()
+    for line in [
+        f"  domain          library: module library_desk ({OWN_DOMAIN}), graded by stock tau2; splits train "
+        "6, test 4, base 10; 0 of its 10 run tasks need the LLM judge",
+        "  data            library: 6 training rows (6 tasks), 4 validation rows",
+        "  steps           2 per epoch x 50 epochs = 100",
+    ]:
+        assert line in lines, (line, out)
+
+
+def _bad_domain_modules(folder: Path) -> None:
+    """Modules that register nothing, a built-in name, and a task calling a tool its domain lacks."""
+    from tests.episode.domain_support import TASKS, task, write_domain
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "silent_mod.py").write_text("VALUE = 1\n")
+    write_domain(folder, "clash_mod", "retail")
+    write_domain(folder, "badtask_mod", "badtask", tasks=[*TASKS, task("9", [("tow_car", {})])],
+                 splits={"train": ["1", "9"], "test": ["3"]})
+
+
+@pytest.mark.parametrize(("overrides", "expected"), [
+    (["econfig.domain=banking"], "unknown tau2 domain 'banking'; known: airline, retail, telecom, mock"),
+    (["econfig.domain=banking", "econfig.domain_modules=[no_such_mod]"],
+     "domain module 'no_such_mod' does not import (ModuleNotFoundError: No module named 'no_such_mod')"),
+    (["econfig.domain=x", "econfig.domain_modules=[silent_mod]"],
+     "domain module 'silent_mod' registers no tau2 domain with tasks (it must call registry.register_domain "
+     "and registry.register_tasks for one name)"),
+    (["econfig.domain=retail", "econfig.domain_modules=[clash_mod]"],
+     "domain module 'clash_mod' registers 'retail', the name of a built-in tau2 domain; give its domain "
+     "another name"),
+    (["econfig.domain=badtask", "econfig.domain_modules=[badtask_mod]"],
+     "tau2 domain 'badtask' task '9': action '9_0' calls 'tow_car', which is not a tool of the assistant "
+     "there"),
+    (["econfig.domain=airline", "econfig.train_split=all"],
+     "tau2 domain 'airline' has no split 'all' (available: base, test, train)"),
+])
+def test_a_domain_the_run_cannot_use_is_one_sentence_and_exit_2(capsys, tmp_path, endpoint, monkeypatch,
+                                                                 overrides, expected):
+    """Before anything else is checked or started, with or without --dry-run."""
+    _bad_domain_modules(tmp_path / "mods")
+    monkeypatch.syspath_prepend(str(tmp_path / "mods"))
+    for dry in ([], ["--dry-run"]):
+        rc = main(["--config", str(CONFIG), *clean_overrides(tmp_path, endpoint.url), *overrides, *dry])
+        out, err = capsys.readouterr()
+        assert rc == 2 and out == "", (out, err)
+        [line] = err.splitlines()
+        assert line.startswith(f"tau2_train: {expected}"), line
+    assert not (tmp_path / "fileroot").exists()
 
 
 def test_config_errors_exit_2(capsys):

@@ -95,6 +95,7 @@ class Tau2AgentWorkflow:
             raise ValueError(f"this process imports {installed}, but the run grades with "
                              f"{self.config.tau2_release} (econfig.tau2_release): install that release on "
                              "every node (docs/tau2_releases.md)")
+        tau2_domain.load_modules(self.config.domain_modules)  # before the first lookup, in every worker
         # Keyed by the loop object, not `id(loop)`: an id is reused once a loop is gone, and a client
         # bound to a dead loop must never be handed to a new one.
         self._clients: dict[asyncio.AbstractEventLoop, httpx.AsyncClient] = {}

@@ -145,9 +145,10 @@ cmd_slurm() {
   use_local_slurm
   export_admin_key "$py"
   local -a args=(scheduler.type=slurm)
-  if [[ -n "${TAU2_IMAGE:-}" ]]; then # the workers in this image; it imports examples.tau2 from the checkout
+  if [[ -n "${TAU2_IMAGE:-}" ]]; then # the workers in this image; it imports examples.tau2 from the checkout,
+    # and the domain modules (econfig.domain_modules) from your PYTHONPATH
     args+=("++actor.scheduling_spec.0.container_type=apptainer" "++actor.scheduling_spec.0.image=$TAU2_IMAGE"
-      "++actor.scheduling_spec.0.env_vars.PYTHONPATH=$repo")
+      "++actor.scheduling_spec.0.env_vars.PYTHONPATH=$repo${PYTHONPATH:+:$PYTHONPATH}")
   fi
   if ((submit == 0)); then
     train "$py" "${args[@]}" "$@"

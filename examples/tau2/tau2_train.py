@@ -48,8 +48,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tau2_train: {e}", file=sys.stderr)
         return 2
     setup_runtime(loaded.config.econfig.tau2_log_level)  # before tau2 is imported: it logs at import
-    from examples.tau2.training.validate import build_plan, format_plan, validate
+    from examples.tau2.training.validate import build_plan, check_run_domains, format_plan, validate
 
+    domain_problems = check_run_domains(loaded.config.econfig)
+    if domain_problems:
+        for problem in domain_problems:
+            print(f"tau2_train: {problem}", file=sys.stderr)
+        return 2
     errors = validate(loaded.config)
     report = format_plan(build_plan(loaded), errors)
     if dry_run:

@@ -35,6 +35,8 @@ from examples.tau2.releases import regraded
 from examples.tau2.tau2_utils import Tau2EnvConfig
 
 REPO = Path(__file__).resolve().parents[2]
+OWN_DOMAIN = REPO / "examples" / "tau2" / "docs" / "own_domain"
+"""The example domain's folder: `library_desk` imports from it (docs/own_domain.md)."""
 MOCK_TASKS = ["create_task_1", "update_task_1", "impossible_task_1"]  # oracle scores 1.0 on each
 # create_task_1 succeeds in 3/3 trials, update_task_1 in 1/3 (trial 0), impossible_task_1 in 0/3;
 # 100 ms per policy request, so a run can be interrupted part way.
@@ -381,10 +383,12 @@ def parse(*argv: str):
     return plan_from_args(build_parser().parse_args(base + list(argv)))
 
 
-def test_every_episode_field_has_a_flag_and_lands_in_settings_or_session():
+def test_every_episode_field_has_a_flag_and_lands_in_settings_or_session(monkeypatch):
+    monkeypatch.syspath_prepend(str(OWN_DOMAIN))
     hints = {f.name: f for f in dataclasses.fields(Tau2EnvConfig)}
     special = {"tau2_log_level": "WARNING", "partial_credit_alpha": "0.25", "invalid_format_penalty": "0.5",
-               "user_llm_args": '{"temperature": 0.3, "max_completion_tokens": 77}'}
+               "user_llm_args": '{"temperature": 0.3, "max_completion_tokens": 77}',
+               "domain_modules": "library_desk"}
     argv: list[str] = []
     expected = {}
     for name in tau2_eval._env_fields():
@@ -392,8 +396,9 @@ def test_every_episode_field_has_a_flag_and_lands_in_settings_or_session():
         flag = "--" + name.replace("_", "-")
         if name in special:
             argv += [flag, special[name]]
-            expected[name] = json.loads(special[name]) if name == "user_llm_args" else (
-                special[name] if name == "tau2_log_level" else float(special[name]))
+            expected[name] = (json.loads(special[name]) if name == "user_llm_args" else
+                              [special[name]] if name == "domain_modules" else
+                              special[name] if name == "tau2_log_level" else float(special[name]))
         elif isinstance(default, bool):
             argv.append(flag if not default else "--no-" + flag[2:])
             expected[name] = not default
@@ -527,12 +532,15 @@ def test_a_data_dir_the_installed_tau2_ignores_is_refused(tmp_path, capsys, monk
     (["--limit", "0"], "--limit must be >= 1"),
     (["--policy-base-url", "127.0.0.1:8000"], "must be an http(s) URL"),
     (["--user-llm-args", "[1]"], "must be a JSON object"),
-    (["--domains", "airline", "--solo-mode"], "solo mode runs only on telecom and mock"),
+    (["--domains", "airline", "--solo-mode"], "solo mode needs a domain with tickets"),
     (["--user-model", ""], "user_base_url and user_model must be set"),
     (["--partial-credit-alpha", "2"], "partial_credit_alpha must be in [0, 1]"),
     (["--config", "/nonexistent/config.yaml"], "does not exist"),
     (["--bootstrap-resamples", "0"], "bootstrap resamples must be >= 1"),
     (["--bootstrap-confidence", "95"], "confidence must be in (0, 1)"),
+    (["--domains", "banking"], "unknown tau2 domain 'banking'; known: airline, retail, telecom, mock"),
+    (["--domain-modules", "no_such_mod"], "domain module 'no_such_mod' does not import (ModuleNotFoundError"),
+    (["--oracle"], "--oracle plays the ground truth: it takes no --policy-base-url, --policy-model"),
     ([], "the policy at --policy-base-url=http://127.0.0.1:1/v1 is not reachable (ConnectError); start its "
          "server or fix --policy-base-url"),
 ])
@@ -545,6 +553,28 @@ def test_bad_input_is_one_clear_error_before_anything_runs(tmp_path, capsys, arg
     assert e.value.code == 2
     assert message in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_the_oracle_checks_a_domain_from_a_module_and_its_tau2_results_file(tmp_path, monkeypatch):
+    """docs/own_domain.md's check of a domain's tasks, in one command: the example domain's ground truth
+    scores 1.0 on every task; τ²'s own Results file holds every task; SFT rows come from the run, whose
+    settings name the domain module."""
+    from tau2.data_model.simulation import Results
+
+    from examples.tau2.sft.data import ExportFilters, build_rows
+
+    monkeypatch.syspath_prepend(str(OWN_DOMAIN))
+    out = tmp_path / "oracle"
+    assert main(["--oracle", "--domain-modules", "library_desk", "--domains", "library", "--split", "base",
+                 "--trials", "1", "--output-dir", str(out)]) == 0
+    report = json.loads((out / "results.json").read_text())["report"]["domains"]["library"]
+    assert (report["num_tasks"], report["success_rate"]) == (10, 1.0)
+    results = Results.load(out / "tau2_results" / "library_results.json")
+    assert len(results.tasks) == len(results.simulations) == 10
+    assert {s.reward_info.reward for s in results.simulations} == {1.0}
+    settings = json.loads((out / "run.json").read_text())["settings"]
+    assert settings["episode"]["domain_modules"] == ["library_desk"]
+    assert len(build_rows([out], ExportFilters(domains=("library",))).rows) == 10
 
 
 def test_trial_log_refuses_a_damaged_line_in_the_middle(tmp_path):

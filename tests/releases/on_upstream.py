@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 import pytest
 
@@ -26,6 +27,7 @@ from tests.compat.equivalence import (
     simulate,
 )
 from tests.conftest import make_workflow, run_one
+from tests.episode.domain_support import write_domain
 
 EQUIVALENCE_SAMPLE = {"airline": 3, "retail": 3, "telecom": 4}
 """Test tasks per domain scored cached and stock (a stock 1.0.1 airline evaluation takes ~0.9 s)."""
@@ -203,3 +205,28 @@ def test_evaluation_and_sft_export_on_1_0_1(endpoint, tmp_path):
     manifest = json.loads(sft_data.manifest_path(sft).read_text())
     assert manifest["versions"]["tau2"] == "tau2 1.0.1"
     assert manifest["counts"]["prompt_verified"] == manifest["counts"]["episodes"] == 6
+
+
+OWN_DOMAIN = Path(__file__).resolve().parents[2] / "examples" / "tau2" / "docs" / "own_domain"
+
+
+@pytest.mark.parametrize("module,domain,noop_fails", [("library_desk", "library", "0"),
+                                                      ("", "garage-up", "1")])
+def test_a_domain_from_a_module_trains_and_grades_on_1_0(endpoint, monkeypatch, tmp_path, module, domain,
+                                                         noop_fails):
+    """The example domain and a throw-away one (another tool set) register with 1.0.1's registry and grade
+    through its stock evaluator: the ground truth scores 1.0 on every task, doing nothing 0 on a writing
+    one."""
+    if module:
+        monkeypatch.syspath_prepend(str(OWN_DOMAIN))
+    else:
+        module = "garage_upstream"
+        write_domain(tmp_path, module, domain)
+        monkeypatch.syspath_prepend(str(tmp_path))
+    wf = make_workflow(endpoint, "oracle", user_model="user-scenario", domain_modules=[module])
+    ids = [t for ids in tau2_domain.splits(domain).values() for t in ids]
+    rewards = {t: run_one(wf, endpoint, domain, t).tau2_reward for t in dict.fromkeys(ids)}
+    assert set(rewards.values()) == {1.0} and len(rewards) >= 3, rewards
+    noop = make_workflow(endpoint, "noop", user_model="user-scenario", domain_modules=[module])
+    assert run_one(noop, endpoint, domain, noop_fails).tau2_reward == 0.0
+    assert not tau2_domain.is_builtin(domain) and domain not in tau2_cache._caches

@@ -17,8 +17,9 @@ def _run_on_upstream(selection: str) -> str:
 def test_the_workflow_on_tau2_1_0_1():
     """The cache scores like stock 1.0.1 on samples (airline, retail with a scripted judge, telecom, mock,
     solo mode), ground truth replays to 1.0 through it, the judge's failures reject episodes with their
-    own reasons, evaluation and SFT export work: see on_upstream.py."""
-    assert _run_on_upstream("not whole_test_split") == "16"
+    own reasons, evaluation and SFT export work, domains from modules grade with its stock evaluator: see
+    on_upstream.py."""
+    assert _run_on_upstream("not whole_test_split") == "18"
 
 
 @pytest.mark.slow

@@ -34,8 +34,8 @@ def test_setup_runtime_lets_yaml_write_a_choice_as_its_string():
     """AReaL records the run's config with `yaml.dump`: an enumerated setting reads as the YAML gave it."""
     import yaml
 
-    from examples.tau2.tau2_utils import Domain, RewardBaseline
+    from examples.tau2.tau2_utils import RewardBaseline, Tau2LogLevel
 
     setup_runtime("ERROR")
-    assert yaml.dump({"reward_baseline": RewardBaseline.group_mean, "mix": {Domain.retail: 1.0}}) == (
-        "mix:\n  retail: 1.0\nreward_baseline: group_mean\n")
+    assert yaml.dump({"reward_baseline": RewardBaseline.group_mean, "levels": {Tau2LogLevel.INFO: 1.0}}) == (
+        "levels:\n  INFO: 1.0\nreward_baseline: group_mean\n")

@@ -286,7 +286,7 @@ def test_no_success_and_bad_filters_are_clear_errors(endpoint, oracle_eval, tmp_
     assert tau2_eval.main(args) == 0
     with pytest.raises(ExportError, match="no successful trajectory .tau2 reward >= 1.0"):
         build_rows([out], ExportFilters())
-    with pytest.raises(ExportError, match="--min-reward must be in .0, 1., got 2.0; unknown domain.s. moon"):
+    with pytest.raises(ExportError, match="--min-reward must be in .0, 1., got 2.0; unknown tau2 domain 'mo"):
         build_rows([oracle_eval[0]], ExportFilters(min_reward=2.0, domains=("moon",)))
     with pytest.raises(SystemExit):
         main(["--from", str(out), "--out", str(tmp_path / "x.jsonl")])

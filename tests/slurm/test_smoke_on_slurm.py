@@ -1,4 +1,7 @@
-"""The CI-sized smoke run through a real SLURM (`tau2_rl.sh smoke scheduler.type=slurm`), with a fault.
+"""The CI-sized smoke run through a real SLURM (`tau2_rl.sh smoke scheduler.type=slurm`), with a fault, on
+the example domain of docs/own_domain.md (`library`, from the module `library_desk` on PYTHONPATH): every
+worker imports the module on its node, and the domain trains and passes as a built-in one does (the local
+smoke runs of tests/cpu/test_smoke_faults.py train on mock).
 
 The actor and rollout roles go out as `sbatch` jobs and their workers run under `srun`, natively. On one
 node, `scancel` of the rollout job after step 1 was saved stops the run and leaves nothing of it; on two
@@ -17,6 +20,7 @@ It runs with its own seed, in its own xdist group (tests/conftest.py): AReaL dra
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import time
@@ -28,6 +32,7 @@ from examples.tau2.cpu.smoke import SUMMARY_FILE
 from examples.tau2.slurm import queue
 from examples.tau2.slurm.registry import JobRegistry, job_name_prefix
 from tests.cpu.smoke_support import (
+    REPO,
     RUN_TIMEOUT_S,
     check_passing_run,
     check_trained_step,
@@ -49,6 +54,14 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(2 * RUN_TIMEOUT_S + 300)]
 EXPERIMENT = "tau2-smoke-cpu"
 SEED = "seed=7"
 """Not the other smoke runs' seed: AReaL draws its free ports from `random` seeded with it."""
+OWN_DOMAIN = REPO / "examples" / "tau2" / "docs" / "own_domain"
+LIBRARY = ("econfig.domain=library", "econfig.domain_modules=[library_desk]", "econfig.train_split=train")
+"""docs/own_domain.md's smoke command."""
+
+
+def own_domain_env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(OWN_DOMAIN), os.environ.get(
+        "PYTHONPATH", "")) if p)}
 
 
 def run_jobs(root: Path) -> list[queue.JobStatus]:
@@ -83,10 +96,11 @@ def test_scancel_of_the_rollout_job_stops_the_run_and_the_rerun_resumes_on_two_n
     job or process of the run is left. The cluster then comes back with two nodes of 2 CPUs (as after a
     maintenance): the trainer's job (2 CPUs) fills n1, the rollout job runs on n2, and the same command
     resumes at step 2 and passes every check."""
-    cmd = smoke_command(tmp_path, "scheduler.type=slurm", SEED)
+    cmd = smoke_command(tmp_path, "scheduler.type=slurm", SEED, *LIBRARY)
+    env = own_domain_env()
     with slurm(nodes=1, cpus=4):
         log = tmp_path / "first.log"
-        first = start(cmd, log)
+        first = start(cmd, log, env)
         try:
             waited = wait_for(lambda: saved_step_1(tmp_path), first, log, RUN_TIMEOUT_S,
                               "saved state of step 1")
@@ -112,7 +126,9 @@ def test_scancel_of_the_rollout_job_stops_the_run_and_the_rerun_resumes_on_two_n
         finally:
             kill_all(first, tmp_path)
     with slurm(nodes=2, cpus=2, mem_mb=12288):
-        summary, _ = resume_and_pass(cmd, tmp_path)
+        summary, _ = resume_and_pass(cmd, tmp_path, env)
+    dumped = {json.loads(p.read_text())["domain"] for p in (tmp_path / "tau2_dumps").rglob("*.json")}
+    assert dumped == {"library"}, dumped
     placement = " | ".join(summary["placement"])
     assert re.search(r"role actor: SLURM job \d+ on n1 \(RUNNING\)", placement), placement
     assert re.search(r"role rollout: SLURM job \d+ on n2 \(RUNNING\)", placement), placement

@@ -47,7 +47,9 @@ def test_an_edited_comment_or_row_is_written_back():
 def test_a_field_is_described_by_its_first_sentence_and_its_choices():
     assert first_sentence("A URL, e.g. http://h:1/v1. Unused in solo mode.") == "A URL, e.g. http://h:1/v1."
     assert first_sentence("Version 1.0.x grades it.\nMore.") == "Version 1.0.x grades it."
-    assert describe(Tau2TrainEnvConfig, "domain") == (
-        "One tau2 domain; null when `mix` is set. One of airline, retail, telecom, mock.")
+    assert describe(Tau2TrainEnvConfig, "reward_baseline") == (
+        "What an episode trains on: \"none\", its reward; \"group_mean\", its reward minus the mean of its "
+        "GRPO group's finished episodes (`training/group.py`: within-task comparisons only). One of none, "
+        "group_mean.")
     # A derived field re-declared without a docstring keeps the episode field's.
     assert field_docs(Tau2TrainEnvConfig)["temperature"] == field_docs(Tau2EnvConfig)["temperature"]

@@ -50,7 +50,8 @@ ONE_ERROR = [
     (["econfig.mix={retail:1}"], "set exactly one of econfig.domain"),
     (["econfig.domain=null"], "set exactly one of econfig.domain"),
     (["econfig.domain=null", "econfig.mix={airline:1,retail:0}"], "mix weights must be positive"),
-    (["econfig.solo_mode=true"], "solo_mode needs domains with tickets"),
+    (["econfig.solo_mode=true"], "solo mode needs a domain with tickets (telecom, mock or one from a "
+                                 "module); airline has none"),
     (["econfig.train_split="], "train_split must be set"),
     # GPUs and schedulers
     (["scheduler.type=ray"], "scheduler.type must be local or slurm"),
@@ -357,6 +358,31 @@ def test_slurm_paths_and_image_follow_the_container_mode(tmp_path):
                             "++actor.scheduling_spec.0.container_type=docker").config) == [
         "actor.scheduling_spec[0].container_type='docker' must be apptainer (workers in `singularity exec "
         "<image>`) or none (workers run natively on the nodes)"]
+
+
+def test_a_domain_module_must_be_where_the_slurm_workers_import_it(tmp_path, monkeypatch):
+    """Native workers get the controller's sys.path; container workers their spec's PYTHONPATH, which must
+    hold the module's folder, bound into the container at the same place."""
+    own_domain = REPO / "examples" / "tau2" / "docs" / "own_domain"
+    monkeypatch.syspath_prepend(str(own_domain))
+    image = tmp_path / "tau2.sif"
+    image.write_text("")
+    mount = f"++actor.scheduling_spec.0.mount='{tmp_path}:{tmp_path},{REPO}:{REPO}'"
+    common = ["scheduler.type=slurm", f"cluster.fileroot={tmp_path}/root", "econfig.domain=library",
+              f"cluster.name_resolve.nfs_record_root={tmp_path}/nr", "econfig.domain_modules=[library_desk]",
+              f"++actor.scheduling_spec.0.image={image}", "econfig.dump_dir=", mount]
+    on_path = f"++actor.scheduling_spec.0.env_vars.PYTHONPATH={REPO}:{own_domain}"
+    assert check_paths(load(*common, on_path).config) == []  # under the bound checkout, on PYTHONPATH
+    assert check_paths(load(*common).config) == [
+        f"domain module library_desk is imported from {own_domain}, which is not on the actor containers' "
+        f"PYTHONPATH (actor.scheduling_spec[0].env_vars.PYTHONPATH={REPO}); add it there (tau2_rl.sh slurm "
+        "adds your PYTHONPATH when TAU2_IMAGE is set)"]
+    unbound = load(*common[:-1], on_path, f"++actor.scheduling_spec.0.mount='{tmp_path}:{tmp_path}'").config
+    assert [e.split(" is not bound")[0] for e in check_paths(unbound)] == [
+        f"this checkout (the workers import examples.tau2 from it)={REPO}",
+        f"domain module library_desk's folder={own_domain}"]
+    native = load(*common, "++actor.scheduling_spec.0.container_type=none").config
+    assert check_paths(native) == []
 
 
 def test_gpus_on_a_cpu_only_slurm_cluster_are_refused(tmp_path):

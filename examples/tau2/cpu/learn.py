@@ -7,7 +7,7 @@ For each seed, with config.yaml + configs/learn_cpu.yaml (+ the overrides), inde
 seeds:
 1. builds or loads the seed's own tiny policy (the start of RL: `smoke.tiny_model` with the seed as its
    `seed`, so its initial weights and warm-up are the seed's own; cached);
-2. evaluates it: vLLM's OpenAI server on CPU serves it, `eval.evaluate` plays every mock task `--trials`
+2. evaluates it: vLLM's OpenAI server on CPU serves it, `eval.evaluate` plays every task `--trials`
    times (our workflow, the scripted `user-scenario` user, tau2's evaluator) at the training sampling
    temperature and reply length, on the seed's own episodes (`--seed-base` 1000 x seed);
 3. trains it with the smoke run's code (`cpu.smoke.run`: AReaL's PPOTrainer, archon with prefix sharing,
@@ -44,7 +44,8 @@ logger = logging.getLogger("tau2_areal.learn")
 
 LEARN_VARIANT = "+configs=learn_cpu"
 SUCCESS = "rollout/tau2/tau2_reward"
-"""Per step: mean tau2 reward of the step's episodes (tau2's reward is 0 or 1 on mock: the success rate)."""
+"""Per step: mean tau2 reward of the step's episodes (0 or 1 per episode without partial credit: the success
+rate)."""
 ENTROPY = "ppo_actor/update/entropy/avg"
 REWARD = "rollout/tau2/shaped_reward"
 """Per step: mean episode reward before any group centering (tau2 reward minus the format penalty)."""
@@ -59,6 +60,7 @@ class PolicyScore:
     interval: tuple[float, float]
     """Percentile bootstrap over tasks (eval.evaluate's pass^1 interval)."""
     episodes: int
+    tasks: int = 0
 
 
 @dataclass
@@ -74,6 +76,8 @@ class SeedResult:
     smoke_problems: list[str] = field(default_factory=list)
     train_tasks: dict[str, list[int]] = field(default_factory=dict)
     """Per task: [τ² successes, episodes] of the training episodes (`training_outcomes`)."""
+    domain: str = "mock"
+    """The domain trained and evaluated (`econfig.domain`), on its `econfig.train_split`."""
 
     @property
     def gain(self) -> float:
@@ -151,6 +155,7 @@ def evaluate_served_policy(url: str, name: str, out_dir: Path, config: Tau2Smoke
     with EndpointThread() as user:
         cmd = [sys.executable, "-m", "examples.tau2.eval.evaluate", "--policy-base-url", url,
                "--policy-model", name, "--user-base-url", user.url, "--user-model", e.user_model,
+               *(["--domain-modules", *e.domain_modules] if e.domain_modules else []),
                "--domains", e.domain, "--split", e.train_split, "--trials", str(trials),
                "--temperature", str(config.gconfig.temperature), "--top-p", str(config.gconfig.top_p),
                "--max-completion-tokens", str(config.gconfig.max_new_tokens),
@@ -163,7 +168,7 @@ def evaluate_served_policy(url: str, name: str, out_dir: Path, config: Tau2Smoke
     interval = report["pass_hat_k_ci"]["1"]
     return PolicyScore(eval_dir=str(out_dir), success_rate=report["success_rate"],
                        interval=(float(interval["low"]), float(interval["high"])),
-                       episodes=report["num_valid_trials"])
+                       episodes=report["num_valid_trials"], tasks=report["num_tasks"])
 
 
 class ProgressPrinter:
@@ -238,7 +243,7 @@ def run_seed(seed: int, trials: int, out: Path, overrides: list[str]) -> SeedRes
     return SeedResult(seed=seed, before=before, after=after, steps=len(stats), train_s=train_s,
                       total_s=time.perf_counter() - start, entropy=smoke._series(stats, ENTROPY),
                       step_success=smoke._series(stats, SUCCESS), smoke_problems=result.problems,
-                      train_tasks=train_tasks)
+                      train_tasks=train_tasks, domain=str(config.econfig.domain))
 
 
 def training_outcomes(dump_dir: Path, since: float, until: float) -> dict[str, list[int]]:
@@ -283,7 +288,7 @@ def plot(out: Path, results: list[SeedResult]) -> Path:
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
     axes[0].legend()
-    fig.suptitle("tau2 mock, tiny Qwen3 on CPU: RL training curves")
+    fig.suptitle(f"tau2 {results[0].domain if results else ''}, tiny Qwen3 on CPU: RL training curves")
     return save_png(fig, out / "learn_curves.png")
 
 
@@ -299,8 +304,10 @@ def table(results: list[SeedResult], trials: int) -> str:
                      f"{r.steps} | {r.train_s / 60:.1f} | {r.total_s / 60:.1f} | {entropy} | "
                      f"{'FAILED' if r.smoke_problems else 'passed'} |")
     lines.append("")
-    lines.append(f"success: τ² reward 1 over 9 mock tasks x {trials} trials (interval: bootstrap over tasks, "
-                 "95 %); smoke checks: the smoke run's (logprob ratio of every token, weights changed, ...)")
+    tasks, domain = (results[0].before.tasks, results[0].domain) if results else (0, "")
+    lines.append(f"success: τ² reward 1 over {tasks} {domain} tasks x {trials} trials (interval: bootstrap "
+                 "over tasks, 95 %); smoke checks: the smoke run's (logprob ratio of every token, weights "
+                 "changed, ...)")
     for r in results:
         lines += [f"- seed {r.seed}: {p}" for p in r.smoke_problems]
     if any(r.train_tasks for r in results):

@@ -145,7 +145,7 @@ def logprob_ratios(stats: list[dict[str, float]]) -> tuple[list[float], list[flo
     return ([math.exp(-d) for d in direct], [math.exp(-d) for d in lowest], [math.exp(-d) for d in highest])
 
 
-def plot_curves(stats: list[dict[str, float]], path: Path, tolerance: float) -> None:
+def plot_curves(stats: list[dict[str, float]], path: Path, tolerance: float, domain: str = "mock") -> None:
     """Reward, loss, entropy and the logprob ratio (with its pass band) per step, as one PNG."""
     steps = [int(s["global_step"]) + 1 for s in stats]
     panels = [
@@ -165,7 +165,7 @@ def plot_curves(stats: list[dict[str, float]], path: Path, tolerance: float) -> 
     ratio_ax.axhspan(1 - tolerance, 1 + tolerance, color="tab:green", alpha=0.15, label="pass band")
     ratio_ax.set_ylim(1 - 2 * tolerance, 1 + 2 * tolerance)
     ratio_ax.legend(loc="lower right")
-    fig.suptitle("tau2 smoke run on CPU (tiny Qwen3, mock domain)")
+    fig.suptitle(f"tau2 smoke run on CPU (tiny Qwen3, {domain} domain)")
     save_png(fig, path)
 
 
@@ -333,7 +333,8 @@ def run(config_file: Path, overrides: list[str], config: Tau2SmokeConfig) -> Smo
     if config.smoke.check_parity:
         paths["parity"] = str(parity_dir)
     if stats:
-        plot_curves(stats, log_dir / PLOT_FILE, config.smoke.logprob_ratio_tolerance)
+        plot_curves(stats, log_dir / PLOT_FILE, config.smoke.logprob_ratio_tolerance,
+                    str(config.econfig.domain))
     result = dataclasses.replace(evaluate_run(config, stats, model_dir, timings, paths), placement=placement)
     (log_dir / SUMMARY_FILE).write_text(json.dumps(dataclasses.asdict(result), indent=2))
     return result
@@ -361,6 +362,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     setup_runtime(config.econfig.tau2_log_level)
     log_progress()
+    from examples.tau2.training.validate import check_run_domains
+
+    if domain_problems := check_run_domains(config.econfig):
+        for e in domain_problems:
+            print(f"smoke: {e}", file=sys.stderr)
+        return 2
     errors = check_config(config)
     if errors:
         for e in errors:

@@ -78,7 +78,7 @@ def check_config(config: Tau2SmokeConfig) -> list[str]:
     from examples.tau2.runtime.live_runs import seed_collision
     from examples.tau2.training import dataset as tau2_dataset
     from examples.tau2.training.recover import check_recover
-    from examples.tau2.training.validate import check_datasets, check_paths, check_training
+    from examples.tau2.training.validate import check_paths, check_run_domains, check_training
 
     errors = list(config.econfig.validate())
     if not config.rollout.backend.startswith("vllm:"):
@@ -141,7 +141,7 @@ def check_config(config: Tau2SmokeConfig) -> list[str]:
 
         errors += [problem for problem in [unreachable()] if problem]
     errors += check_paths(config)
-    dataset_errors = check_datasets(config.econfig)
+    dataset_errors = check_run_domains(config.econfig)
     errors += dataset_errors
     rows = None if dataset_errors else len(tau2_dataset.train_rows(config.econfig, config.seed))
     checked = copy.deepcopy(config)

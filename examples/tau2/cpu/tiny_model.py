@@ -33,8 +33,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from examples.tau2.tau2_utils import DOMAINS, Domain
-
 logger = logging.getLogger("tau2_areal.tiny_model")
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt")
@@ -54,8 +52,10 @@ class TinyModelRecipe:
     head_dim: int = 32
     max_position_embeddings: int = 4096
     seed: int = 0
-    warmup_domain: Domain = Domain.mock
-    """tau2 domain whose ground-truth turns the warm-up imitates."""
+    warmup_domain: str = "mock"
+    """tau2 domain whose ground-truth turns the warm-up imitates (the smoke run's: `econfig.domain`)."""
+    warmup_domain_modules: tuple[str, ...] = ()
+    """Modules that register `warmup_domain` when it is not a built-in one (`econfig.domain_modules`)."""
     warmup_tasks: tuple[str, ...] = ()
     """Task ids of `warmup_domain` to imitate; empty: every task of the domain."""
     warmup_steps: int = 0
@@ -91,8 +91,8 @@ class TinyModelRecipe:
             errors.append("warmup_early_stops must be >= 0")
         if self.warmup_other_actions < 0:
             errors.append("warmup_other_actions must be >= 0")
-        if problem := Domain.problem("warmup_domain", self.warmup_domain):
-            errors.append(problem)
+        if not isinstance(self.warmup_domain, str) or not self.warmup_domain:
+            errors.append(f"warmup_domain must be a tau2 domain name, got {self.warmup_domain!r}")
         return errors
 
     @classmethod
@@ -102,8 +102,9 @@ class TinyModelRecipe:
         if unknown:
             raise ValueError(f"unknown tiny model recipe keys: {', '.join(unknown)}")
         d = dict(d)
-        if "warmup_tasks" in d:
-            d["warmup_tasks"] = tuple(str(t) for t in d["warmup_tasks"] or ())
+        for name in ("warmup_tasks", "warmup_domain_modules"):
+            if name in d:
+                d[name] = tuple(str(t) for t in d[name] or ())
         return cls(**d)
 
 
@@ -188,16 +189,17 @@ def build_random_model(recipe: TinyModelRecipe):
 # Warm-up data: the oracle's turns, recorded from real episodes against the scripted endpoint.
 
 
-def record_oracle_turns(domain: str, task_ids: list[str]) -> list[WarmupExample]:
+def record_oracle_turns(domain: str, task_ids: list[str], domain_modules: tuple[str, ...] = ()
+                        ) -> list[WarmupExample]:
     """Play each task with the scripted oracle and `user-scenario` user; keep the policy's turns.
 
     The requests are captured on the wire (an httpx response hook), so the examples hold exactly
     the messages and tools the workflow sends to a policy. Only episodes with reward 1 are kept.
     """
-    return asyncio.run(_record(domain, task_ids))
+    return asyncio.run(_record(domain, task_ids, domain_modules))
 
 
-async def _record(domain: str, task_ids: list[str]) -> list[WarmupExample]:
+async def _record(domain: str, task_ids: list[str], domain_modules: tuple[str, ...]) -> list[WarmupExample]:
     import httpx
 
     from examples.tau2.cpu.scripted_endpoint import EndpointThread
@@ -216,8 +218,8 @@ async def _record(domain: str, task_ids: list[str]) -> list[WarmupExample]:
                 turns.append(WarmupExample(task_id, body["messages"], body.get("tools"), reply))
 
             async with httpx.AsyncClient(event_hooks={"response": [on_response]}, timeout=60) as client:
-                wf = Tau2AgentWorkflow(user_base_url=ep.url, user_model="user-scenario",
-                                       agent_model="oracle", max_steps=30)
+                wf = Tau2AgentWorkflow(user_base_url=ep.url, user_model="user-scenario", agent_model="oracle",
+                                       max_steps=30, domain_modules=list(domain_modules))
                 result = await wf.run_episode({"domain": domain, "task_id": task_id},
                                               base_url=ep.url, api_key="x", http_client=client)
                 await wf.aclose()
@@ -389,8 +391,9 @@ def cache_key(recipe: TinyModelRecipe, rendered: list[tuple[list[int], list[int]
     tool-call ids are random)."""
     h = hashlib.sha256()
     fields = dataclasses.asdict(recipe)
-    for name in ("warmup_early_stops", "warmup_other_actions"):  # added later: unset, they leave the
-        if not fields[name]:                                       # keys of earlier models as they were
+    # Fields added later: unset, they leave the keys of earlier models as they were.
+    for name in ("warmup_early_stops", "warmup_other_actions", "warmup_domain_modules"):
+        if not fields[name]:
             del fields[name]
     h.update(json.dumps({"version": RECIPE_VERSION, **fields}, sort_keys=True).encode())
     h.update(_hash_files(tokenizer_dir(), TOKENIZER_FILES).encode())
@@ -406,10 +409,12 @@ def ensure_tiny_model(recipe: TinyModelRecipe, cache_dir: str | Path | None = No
     if recipe.warmup_steps:
         from examples.tau2.episode import domain as tau2_domain
 
+        tau2_domain.load_modules(recipe.warmup_domain_modules)
         tasks = list(recipe.warmup_tasks) or [
             t for ids in tau2_domain.splits(recipe.warmup_domain).values() for t in ids
         ]
-        examples = record_oracle_turns(recipe.warmup_domain, list(dict.fromkeys(tasks)))
+        examples = record_oracle_turns(recipe.warmup_domain, list(dict.fromkeys(tasks)),
+                                       recipe.warmup_domain_modules)
         if not examples:
             raise RuntimeError(f"the oracle solved none of the warm-up tasks {tasks}")
         examples = add_early_stops(examples, recipe.warmup_early_stops)
@@ -477,7 +482,8 @@ def load_info(model_dir: str | Path) -> TinyModelInfo:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("--warmup-steps", type=int, default=TinyModelRecipe.warmup_steps)
-    parser.add_argument("--warmup-domain", default=TinyModelRecipe.warmup_domain, choices=DOMAINS)
+    parser.add_argument("--warmup-domain", default=TinyModelRecipe.warmup_domain)
+    parser.add_argument("--warmup-domain-modules", nargs="+", default=[], metavar="MOD")
     parser.add_argument("--warmup-lr", type=float, default=TinyModelRecipe.warmup_lr)
     parser.add_argument("--seed", type=int, default=TinyModelRecipe.seed)
     parser.add_argument("--cache-dir", default="")
@@ -487,6 +493,7 @@ def main() -> None:
 
     setup_runtime()
     recipe = TinyModelRecipe(warmup_steps=args.warmup_steps, warmup_domain=args.warmup_domain,
+                             warmup_domain_modules=tuple(args.warmup_domain_modules),
                              warmup_lr=args.warmup_lr, seed=args.seed)
     path = ensure_tiny_model(recipe, args.cache_dir or None)
     print(json.dumps(dataclasses.asdict(load_info(path)), indent=2))

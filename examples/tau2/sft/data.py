@@ -54,7 +54,6 @@ from typing import Any
 
 from examples.tau2.runtime.files import fingerprint, write_atomic
 from examples.tau2.runtime.logs import setup_runtime
-from examples.tau2.tau2_utils import DOMAINS, SOLO_DOMAINS
 
 logger = logging.getLogger("tau2_areal.sft_data")
 
@@ -266,7 +265,7 @@ def episode_modes(episode: Episode, default: PromptModes) -> PromptModes:
     `default` (the command line)."""
     names = episode.agent_view.get("tool_names")
     if names is not None:
-        return PromptModes(solo_mode=episode.domain in SOLO_DOMAINS and names[-1:] == ["done"],
+        return PromptModes(solo_mode=names[-1:] == ["done"],  # solo mode's closing tool, always last
                            think_tool=THINK_TOOL in names)
     if episode.settings:
         return PromptModes(solo_mode=bool(episode.settings.get("solo_mode")),
@@ -370,9 +369,6 @@ class ExportFilters:
             errors.append(f"--min-partial must be in [0, 1], got {self.min_partial}")
         if self.partial_per_task < 1:
             errors.append(f"--partial-per-task must be >= 1, got {self.partial_per_task}")
-        unknown = sorted(set(self.domains) - set(DOMAINS))
-        if unknown:
-            errors.append(f"unknown domain(s) {', '.join(unknown)}; known: {', '.join(DOMAINS)}")
         return errors
 
 
@@ -452,12 +448,11 @@ def _episode_ref(e: Episode) -> dict[str, Any]:
             "tau2_reward": e.tau2_reward}
 
 
-def build_rows(sources: Sequence[Path], filters: ExportFilters,
-               default_modes: PromptModes = PromptModes()) -> ExportResult:
-    """Read, filter, convert and deduplicate; raises ExportError when no row results."""
+def build_rows(sources: Sequence[Path], filters: ExportFilters, default_modes: PromptModes = PromptModes(),
+               domain_modules: Sequence[str] = ()) -> ExportResult:
+    """Read, filter, convert and deduplicate; raises ExportError when no row results. The domain modules
+    given, and those an evaluation's settings name, are imported before any domain is looked up."""
     errors = filters.validate()
-    if errors:
-        raise ExportError("; ".join(errors))
     if not sources:
         raise ExportError("give at least one --from directory")
     episodes: list[Episode] = []
@@ -466,6 +461,12 @@ def build_rows(sources: Sequence[Path], filters: ExportFilters,
         found, summary = read_source(src)
         episodes += found
         summaries.append(summary)
+    from examples.tau2.episode import domain as tau2_domain
+
+    recorded = [m for e in episodes for m in e.settings.get("domain_modules") or []]
+    errors += tau2_domain.problems(list(dict.fromkeys([*domain_modules, *recorded])), filters.domains, [])
+    if errors:
+        raise ExportError("; ".join(errors))
     tasks: dict[str, TaskCount] = collections.defaultdict(TaskCount)
     for e in episodes:
         tasks[e.key].episodes += 1
@@ -671,6 +672,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "credit (mean of tau2's reward breakdown) is at least this")
     p.add_argument("--partial-per-task", type=int, default=ExportFilters.partial_per_task)
     p.add_argument("--domains", nargs="+", default=[], help="only these domains")
+    p.add_argument("--domain-modules", nargs="+", default=[], metavar="MOD",
+                   help="modules that register the dumps' own domains (an evaluation's run.json names them)")
     p.add_argument("--keep-invalid", action="store_true",
                    help="keep episodes in which the policy made an invalid tool call")
     p.add_argument("--solo-mode", action="store_true",
@@ -691,8 +694,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                             partial_per_task=args.partial_per_task, domains=tuple(args.domains),
                             keep_invalid=args.keep_invalid)
     try:
-        result = build_rows([Path(s) for s in args.sources], filters,
-                            PromptModes(solo_mode=args.solo_mode, think_tool=args.think_tool))
+        modes = PromptModes(solo_mode=args.solo_mode, think_tool=args.think_tool)
+        result = build_rows([Path(s) for s in args.sources], filters, modes, args.domain_modules)
     except ExportError as e:
         parser.error(str(e))
     tokenizer = None

@@ -41,10 +41,10 @@ from typing import Any
 import httpx
 
 from examples.tau2.compat.serving_render import ServingEngine, render_prompt_ids
+from examples.tau2.episode.domain import BUILTIN_DOMAINS, SOLO_DOMAINS
 from examples.tau2.episode.llm import strip_reasoning
-from examples.tau2.tau2_utils import DOMAINS, SOLO_DOMAINS
 
-PARITY_DOMAINS = DOMAINS
+PARITY_DOMAINS = BUILTIN_DOMAINS
 ADMIN_KEY = "tau2-parity-admin"
 CONTEXT_TOKENS = 12
 """Tokens of context shown on each side of a first difference."""

@@ -281,7 +281,39 @@ def container_paths(config: Tau2PPOConfig) -> dict[str, str]:
         paths["curriculum outcomes directory"] = outcomes_dir(config)
     if config.actor.path and Path(config.actor.path).is_dir():
         paths["actor.path"] = config.actor.path
+    for module in run_domain_modules(config.econfig):
+        paths[f"domain module {module.name}'s folder"] = str(module.root)
     return paths
+
+
+def run_domain_modules(econfig: Tau2TrainEnvConfig) -> list[tau2_domain.DomainModule]:
+    """The run's `econfig.domain_modules`, imported (none if one cannot be: `check_run_domains` says why)."""
+    try:
+        return tau2_domain.load_modules(econfig.domain_modules)
+    except tau2_domain.DomainError:
+        return []
+
+
+def check_domain_modules_importable(config: Tau2PPOConfig) -> list[str]:
+    """Under SLURM, every rollout worker imports `econfig.domain_modules`: a native worker gets the
+    controller's `sys.path` (AReaL's), a container worker only its spec's PYTHONPATH, which must hold the
+    folder each module was imported from (that it is bound into the container is `check_slurm`'s)."""
+    if config.scheduler.type != "slurm":
+        return []
+    from examples.tau2.slurm.checks import role_specs
+
+    errors = []
+    for role, spec in role_specs(config).items():
+        if spec.container_type == "none":
+            continue
+        pythonpath = (spec.env_vars or {}).get("PYTHONPATH") or str(Path.cwd())
+        entries = {Path(p).resolve() for p in pythonpath.split(":") if p}
+        where = f"{role}.scheduling_spec[0].env_vars.PYTHONPATH={pythonpath}"
+        errors += [f"domain module {m.name} is imported from {m.root}, which is not on the {role} "
+                   f"containers' PYTHONPATH ({where}); add it there (tau2_rl.sh slurm adds your PYTHONPATH "
+                   "when TAU2_IMAGE is set)"
+                   for m in run_domain_modules(config.econfig) if m.root not in entries]
+    return errors
 
 
 def check_paths(config: Tau2PPOConfig) -> list[str]:
@@ -294,24 +326,17 @@ def check_paths(config: Tau2PPOConfig) -> list[str]:
         if problem:
             errors.append(f"{name}={value} does not exist and cannot be created ({problem})")
     if config.scheduler.type == "slurm":
-        errors += check_slurm(config, container_paths(config))
+        errors += check_slurm(config, container_paths(config)) + check_domain_modules_importable(config)
     return errors
 
 
-def check_datasets(econfig: Tau2TrainEnvConfig) -> list[str]:
-    """Every chosen domain has the chosen splits (reads tau2's split files)."""
-    errors = []
-    for domain in econfig.domain_weights():
-        try:
-            available = tau2_domain.splits(domain)
-        except ValueError as e:
-            errors.append(str(e))
-            continue
-        for split in (econfig.train_split, econfig.valid_split):
-            if split and split not in available:
-                errors.append(f"tau2 domain {domain!r} has no split {split!r} "
-                              f"(available: {', '.join(sorted(available))})")
-    return errors
+def check_run_domains(econfig: Tau2TrainEnvConfig) -> list[str]:
+    """The run's domains, training and validation splits exist and can be graded (`episode.domain.problems`):
+    such problems stop an entry point with exit status 2 before anything else is checked or started."""
+    if econfig.choice_errors():
+        return []  # reported by econfig.validate()
+    return tau2_domain.problems(econfig.domain_modules, econfig.domain_weights(),
+                                (econfig.train_split, econfig.valid_split), econfig.solo_mode)
 
 
 def check_tree_training(config: Tau2PPOConfig) -> list[str]:
@@ -485,7 +510,7 @@ def validate(config: Tau2PPOConfig) -> list[str]:
     errors += check_paths(config)
     train_rows = None
     if not config.econfig.choice_errors():  # otherwise the splits cannot be read
-        dataset_errors = check_datasets(config.econfig)
+        dataset_errors = check_run_domains(config.econfig)
         errors += dataset_errors
         if not dataset_errors:
             errors += check_judge(config.econfig, config.scheduler.type)
@@ -514,6 +539,8 @@ class DataPlan:
     """Domain -> tasks of the train split left out as regraded (`econfig.train_on_regraded_tasks`)."""
     valid_regraded: dict[str, int] = dataclasses.field(default_factory=dict)
     """Domain -> validation tasks that the two tau2 releases grade differently (kept, counted)."""
+    domains: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Domain -> where it comes from, how it is graded, its splits and the tasks an LLM judge grades."""
 
 
 @dataclass(frozen=True)
@@ -587,7 +614,20 @@ def _data_plan(config: Tau2PPOConfig) -> DataPlan | None:
     valid_regraded = {d: len(regraded.affected(d, [r["task_id"] for r in valid if r["domain"] == d]))
                       for d in domains}
     return DataPlan(tau2_dataset.rows_per_domain(train), tasks, tau2_dataset.rows_per_domain(valid),
-                    left_out, valid_regraded)
+                    left_out, valid_regraded, {d: describe_domain(d, econfig) for d in domains})
+
+
+def describe_domain(domain: str, econfig: Tau2TrainEnvConfig) -> str:
+    """Where a domain comes from and how it is graded, its splits, and how many of the run's tasks tau2
+    grades with an LLM judge."""
+    module = next((m for m in run_domain_modules(econfig) if domain in m.domains), None)
+    origin = (f"module {module.name} ({module.root}), graded by stock tau2" if module is not None
+              else "built-in, graded through the evaluator cache")
+    available = tau2_domain.splits(domain)
+    splits = ", ".join(f"{name} {len(ids)}" for name, ids in available.items())
+    ids = {t for s in (econfig.train_split, econfig.valid_split) if s in available for t in available[s]}
+    judged = sum(tau2_judge.needs_judge(tau2_domain.get_task(domain, t)) for t in ids)
+    return f"{domain}: {origin}; splits {splits}; {judged} of its {len(ids)} run tasks need the LLM judge"
 
 
 def steps_per_epoch(config: Tau2PPOConfig, train_rows: int) -> int:
@@ -677,6 +717,7 @@ def format_plan(plan: Plan, errors: list[str]) -> str:
     if plan.data is None:
         lines.append(row("data", "unavailable (see problems)"))
     else:
+        lines += [row("domain", text) for text in plan.data.domains.values()]
         for domain, rows in plan.data.train_rows.items():
             valid = plan.data.valid_rows.get(domain, 0)
             tasks = plan.data.train_tasks[domain]
