@@ -252,10 +252,24 @@ def test_train_call_uses_import_strings_the_workers_can_rebuild():
     assert plain["eval_workflow"] is None and plain["eval_workflow_kwargs"] is None
 
 
-def run_script(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def run_script(*args: str, env: dict[str, str] | None = None,
+               cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     full_env = {**os.environ, "TAU2_PYTHON": sys.executable, **(env or {})}
     return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, env=full_env,
-                          timeout=300, check=False)
+                          timeout=300, check=False, cwd=cwd)
+
+
+def test_script_eval_keeps_the_callers_directory_and_names_itself(tmp_path):
+    """A relative --output-dir lands where the command was run, not in the checkout; a refusal names the
+    command as typed, one line per problem."""
+    ran = run_script("eval", "--oracle", "--domains", "mock", "--split", "all", "--task-ids", "create_task_1",
+                     "--trials", "1", "--output-dir", "runs/oracle", cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert (tmp_path / "runs" / "oracle" / "results.json").is_file()
+    assert not (REPO / "runs" / "oracle").exists()
+    refused = run_script("eval", "--oracle", "--trials", "0", "--output-dir", "x", cwd=tmp_path)
+    assert refused.returncode == 2
+    assert refused.stderr.splitlines() == ["tau2_rl.sh eval: --trials must be >= 1, got 0"]
 
 
 def test_script_usage_and_refusals(tmp_path):
@@ -267,9 +281,12 @@ def test_script_usage_and_refusals(tmp_path):
     assert help_.stderr == "" and "'parity --help' lists the options" in help_.stdout
     assert ("python3 -m areal.launcher.slurm examples/tau2/tau2_train.py --config ... ARGS  ->  slurm ARGS"
             in help_.stdout)
-    bogus = run_script("bogus")
-    assert bogus.returncode == 2 and "tau2_rl.sh: unknown command 'bogus'" in bogus.stderr
-    assert "usage: examples/tau2/tau2_rl.sh COMMAND" in bogus.stderr
+    bogus = run_script("bogus")  # one line that names the commands, not a usage text that scrolls it away
+    assert bogus.returncode == 2 and bogus.stderr.splitlines() == [
+        "tau2_rl.sh: unknown command 'bogus' (the commands: smoke, learn, local, slurm, slurm-local, "
+        "dry-run, user-server, eval, compare, parity; 'tau2_rl.sh help' explains them)"]
+    nothing = run_script()  # no command is a mistake too
+    assert nothing.returncode == 2 and "usage: examples/tau2/tau2_rl.sh COMMAND" in nothing.stderr
     # TAU2_IMAGE becomes the workers' image (without it the config's container settings hold); a SLURM
     # that does not answer is refused before anything starts.
     image = run_script("slurm", env={"TAU2_IMAGE": str(tmp_path / "x.sif"), "SLURM_CONF": "/nonexistent"})

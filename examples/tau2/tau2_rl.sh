@@ -382,6 +382,12 @@ cmd_learn() { # the CPU learning run (examples/tau2/docs/learn/README.md): befor
   exec "$py" -m examples.tau2.cpu.learn "$@" # config.yaml + configs/learn_cpu.yaml, then the overrides
 }
 
+# Runs a command of the project from the caller's working directory (the checkout on PYTHONPATH), so that
+# relative paths on its command line (--output-dir, --config, run folders) are where the caller means.
+in_caller_dir() {
+  PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}" exec "$@"
+}
+
 cmd_eval() { # TAU2_CONFIG, if set, is the config whose econfig gives the episode settings (--config)
   local py arg
   local -a config_args=()
@@ -392,26 +398,27 @@ cmd_eval() { # TAU2_CONFIG, if set, is the config whose econfig gives the episod
     config_args=(--config "$TAU2_CONFIG")
   fi
   py="$(python_bin)"
-  cd "$repo"
-  exec "$py" -m examples.tau2.eval.evaluate "${config_args[@]}" "$@"
+  TAU2_COMMAND="tau2_rl.sh eval" in_caller_dir "$py" -m examples.tau2.eval.evaluate "${config_args[@]}" "$@"
 }
 
 cmd_compare() { # aggregate eval dirs (mean ± sd over runs) or compare two (paired bootstrap intervals)
   local py
   py="$(python_bin)"
-  cd "$repo"
-  exec "$py" -m examples.tau2.eval.compare "$@"
+  in_caller_dir "$py" -m examples.tau2.eval.compare "$@"
 }
 
 cmd_parity() { # the prompt the trainer learns from vs the serving engine's own (examples/tau2/training/parity.py)
   local py
   py="$(python_bin)"
-  cd "$repo"
-  exec "$py" -m examples.tau2.training.parity "$@"
+  in_caller_dir "$py" -m examples.tau2.training.parity "$@"
 }
 
-command="${1:-help}"
-shift || true
+if (($# == 0)); then
+  usage >&2
+  exit 2
+fi
+command="$1"
+shift
 case "$command" in
   smoke) cmd_smoke "$@" ;;
   learn) cmd_learn "$@" ;;
@@ -425,8 +432,8 @@ case "$command" in
   parity) cmd_parity "$@" ;;
   help | -h | --help) usage ;;
   *)
-    echo "tau2_rl.sh: unknown command '$command'" >&2
-    usage >&2
+    echo "tau2_rl.sh: unknown command '$command' (the commands: smoke, learn, local, slurm, slurm-local," \
+      "dry-run, user-server, eval, compare, parity; 'tau2_rl.sh help' explains them)" >&2
     exit 2
     ;;
 esac

@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         print(report)
         return 1 if errors else 0
     if loaded.config.scheduler.type == "slurm" and not dry_run:
-        from examples.tau2.slurm.checks import unreachable
+        from examples.tau2.slurm.queue import unreachable
 
         errors += [problem for problem in [unreachable()] if problem]
         report = format_plan(build_plan(loaded), errors)

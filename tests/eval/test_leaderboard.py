@@ -24,12 +24,25 @@ CONTACT = ["--contact-email", "a@b.org", "--organization", "X"]
 ])
 def test_refusals_come_before_anything_starts(tmp_path, capsys, extra, says):
     out = tmp_path / "out"
-    with pytest.raises(SystemExit) as exit_info:
-        main([*BASE, "--output-dir", str(out), "--leaderboard", *extra])
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err.strip().splitlines()[-1]
-    assert says in err and err.count(". ") == 0  # one sentence
+    assert main([*BASE, "--output-dir", str(out), "--leaderboard", *extra]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert any(says in line for line in lines), lines
+    assert all(line.count(". ") == 0 for line in lines)  # one sentence each
     assert not out.exists()
+
+
+def test_every_problem_is_reported_at_once_by_the_command_typed(tmp_path, capsys, monkeypatch):
+    """Not one problem per attempt, each after a usage text: all of them, one line each, named as the user
+    typed the command (`tau2_rl.sh eval` names itself through TAU2_COMMAND)."""
+    monkeypatch.setenv("TAU2_COMMAND", "tau2_rl.sh eval")
+    out = tmp_path / "out"
+    assert main([*BASE, "--output-dir", str(out), "--leaderboard", "--trials", "2"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert [line.split(": ", 1)[0] for line in lines] == ["tau2_rl.sh eval"] * 4, lines
+    for says in ("runs 4 trials of every task", "needs --contact-email and --organization",
+                 "needs tau2-bench 1.0.x", "needs an NL-assertion judge"):
+        assert sum(says in line for line in lines) == 1, (says, lines)
+    assert not any("usage:" in line for line in lines) and not out.exists()
 
 
 @pytest.mark.parametrize(("extra", "says"), [
@@ -45,5 +58,5 @@ def test_episode_settings_the_benchmark_would_not_score(tmp_path, extra, says):
     args.domains, args.split = list(leaderboard.PROTOCOL.domains), "test"  # 26.3 has no base split
     if "--solo-mode" in extra:
         args.domains = ["telecom"]
-    problem = leaderboard.plan_problem(plan_from_args(args))
-    assert (says in problem) if says else problem == ""
+    problems = leaderboard.plan_problems(plan_from_args(args))
+    assert ([says] == [says for p in problems if says in p]) if says else problems == []

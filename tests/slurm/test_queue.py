@@ -34,6 +34,12 @@ def test_a_missing_client_is_a_slurm_error(monkeypatch):
         queue.query_jobs([1])
 
 
+def test_an_unreachable_slurm_is_named_with_what_to_do(monkeypatch):
+    monkeypatch.setenv("SLURM_CONF", "/nonexistent/slurm.conf")
+    problem = queue.unreachable()
+    assert problem.startswith("scheduler.type=slurm but ") and "tau2_rl.sh slurm-local up" in problem
+
+
 @pytest.mark.slow
 def test_nodes_jobs_and_cancel_against_a_real_slurm():
     with slurm(nodes=2, cpus=3, mem_mb=3000) as cluster:

@@ -43,6 +43,7 @@ from examples.tau2.runtime.charts import new_figure, save_png
 from examples.tau2.runtime.files import latest_saved_model
 from examples.tau2.runtime.logs import console_logging, setup_runtime
 from examples.tau2.runtime.process import exit_after, exit_on_sigterm, stop_descendants
+from examples.tau2.slurm.queue import unreachable
 
 logger = logging.getLogger("tau2_areal.smoke")
 
@@ -360,6 +361,9 @@ def main(argv: list[str] | None = None) -> int:
     except SmokeConfigError as e:
         print(f"smoke: {e}", file=sys.stderr)
         return 2
+    if config.scheduler.type == "slurm" and (problem := unreachable()):
+        print(f"smoke: {problem}", file=sys.stderr)  # first: the other checks take seconds to import
+        return 1
     setup_runtime(config.econfig.tau2_log_level)
     log_progress()
     from examples.tau2.training.validate import check_run_domains

@@ -137,7 +137,7 @@ def check_config(config: Tau2SmokeConfig) -> list[str]:
     except FileNotFoundError as e:
         errors.append(str(e))
     if config.scheduler.type == "slurm":
-        from examples.tau2.slurm.checks import unreachable
+        from examples.tau2.slurm.queue import unreachable
 
         errors += [problem for problem in [unreachable()] if problem]
     errors += check_paths(config)

@@ -53,6 +53,7 @@ from examples.tau2.eval.metrics import (
     SUCCESS_THRESHOLD,
     BootstrapConfig,
     EvalReport,
+    GroupMetrics,
     TrialRecord,
     compute_report,
     format_interval,
@@ -124,9 +125,16 @@ def _json_object(text: str) -> dict[str, Any]:
     return value
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's, but a bad flag is one line naming the command, without the usage text above it."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        self.exit(2, f"{self.prog}: {message}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m examples.tau2.eval.evaluate", description=__doc__,
+    p = _Parser(
+        prog=os.environ.get("TAU2_COMMAND") or "python -m examples.tau2.eval.evaluate", description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--policy-base-url",
@@ -296,52 +304,71 @@ class EvalPlan:
         return [(d, t, trial) for trial in range(self.trials) for d, ids in self.tasks.items() for t in ids]
 
 
+class InputProblems(ValueError):
+    """What is wrong with the command line: every problem found, one sentence each."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__("; ".join(problems))
+        self.problems = problems
+
+
 def plan_from_args(args: argparse.Namespace) -> EvalPlan:
-    """Validate the command line; raises ValueError with one sentence on bad input."""
-    if problem := ignored_data_dir():
-        raise ValueError(problem)
+    """Validate the command line; raises InputProblems naming every problem found, one sentence each
+    (those that depend on another being fixed first come once it is)."""
+    problems = [p for p in [ignored_data_dir()] if p]
     if not (args.policy_base_url and args.policy_model):
-        raise ValueError("give --policy-base-url and --policy-model (or --oracle)")
+        problems.append("give --policy-base-url and --policy-model (or --oracle)")
+    elif not args.policy_base_url.startswith(("http://", "https://")):
+        problems.append(f"--policy-base-url must be an http(s) URL, got {args.policy_base_url!r}")
     args.domains = args.domains or list(DEFAULT_DOMAINS)
     args.split = args.split or DEFAULT_SPLIT
     args.trials = DEFAULT_TRIALS if args.trials is None else args.trials
     if args.trials < 1:
-        raise ValueError(f"--trials must be >= 1, got {args.trials}")
+        problems.append(f"--trials must be >= 1, got {args.trials}")
     if args.concurrency < 1:
-        raise ValueError(f"--concurrency must be >= 1, got {args.concurrency}")
-    if not args.policy_base_url.startswith(("http://", "https://")):
-        raise ValueError(f"--policy-base-url must be an http(s) URL, got {args.policy_base_url!r}")
+        problems.append(f"--concurrency must be >= 1, got {args.concurrency}")
+    if args.limit is not None and args.limit < 1:
+        problems.append(f"--limit must be >= 1, got {args.limit}")
+    if args.task_ids and len(set(args.domains)) > 1:
+        problems.append("--task-ids needs exactly one --domains entry")
+    output_dir = args.output_dir.absolute()
+    problems += [p for p in [_output_dir_problem(output_dir)] if p]
     domains = list(dict.fromkeys(args.domains))
-    bootstrap = BootstrapConfig(resamples=args.bootstrap_resamples, confidence=args.bootstrap_confidence,
-                                seed=args.bootstrap_seed)
-    if args.config_override and not args.config:
-        raise ValueError("--config-override needs --config")
-    kwargs = load_econfig(args.config, args.config_override) if args.config else {}
-    kwargs.update({name: getattr(args, name) for name in _env_fields() if getattr(args, name) is not None})
-    output_dir = args.output_dir.resolve()
-    kwargs.update(agent_model=args.policy_model, max_concurrent_episodes=args.concurrency,
-                  dump_dir=str(output_dir / "dumps"), drop_uniform_groups=False)
-    env = Tau2EnvConfig.from_kwargs(kwargs)
+    bootstrap = None
+    try:
+        bootstrap = BootstrapConfig(resamples=args.bootstrap_resamples, confidence=args.bootstrap_confidence,
+                                    seed=args.bootstrap_seed)
+    except ValueError as e:
+        problems.append(str(e))
+    env = None
+    try:
+        if args.config_override and not args.config:
+            raise ValueError("--config-override needs --config")
+        kwargs = load_econfig(args.config, args.config_override) if args.config else {}
+        kwargs.update({n: getattr(args, n) for n in _env_fields() if getattr(args, n) is not None})
+        kwargs.update(agent_model=args.policy_model or "", max_concurrent_episodes=max(args.concurrency, 1),
+                      dump_dir=str(output_dir / "dumps"), drop_uniform_groups=False)
+        env = Tau2EnvConfig.from_kwargs(kwargs)
+    except ValueError as e:
+        problems.append(str(e))
     from examples.tau2.episode import domain as tau2_domain  # after setup_runtime: tau2 logs at import
 
-    if problems := tau2_domain.problems(env.domain_modules, domains, [args.split], env.solo_mode):
-        raise ValueError("; ".join(problems))
-
+    modules = env.domain_modules if env is not None else args.domain_modules or []
+    domain_problems = tau2_domain.problems(modules, domains, [args.split], env is not None and env.solo_mode)
+    problems += domain_problems
     tasks: dict[str, list[str]] = {}
-    for domain in domains:
+    for domain in ([] if domain_problems else domains):
         ids = tau2_domain.task_ids(domain, args.split)
         if args.task_ids:
-            if len(domains) > 1:
-                raise ValueError("--task-ids needs exactly one --domains entry")
             missing = [t for t in args.task_ids if t not in set(ids)]
             if missing:
-                raise ValueError(f"not in the {args.split!r} split of {domain}: {', '.join(missing)}")
+                problems.append(f"not in the {args.split!r} split of {domain}: {', '.join(missing)}")
             ids = list(dict.fromkeys(args.task_ids))
         elif args.limit is not None:
-            if args.limit < 1:
-                raise ValueError(f"--limit must be >= 1, got {args.limit}")
             ids = ids[: args.limit]
         tasks[domain] = ids
+    if problems or env is None or bootstrap is None:
+        raise InputProblems(problems)
     return EvalPlan(
         output_dir=output_dir, tasks=tasks, split=args.split, trials=args.trials,
         concurrency=args.concurrency, policy_base_url=args.policy_base_url,
@@ -349,6 +376,26 @@ def plan_from_args(args: argparse.Namespace) -> EvalPlan:
         config_file=str(args.config) if args.config else "", config_overrides=tuple(args.config_override),
         bootstrap=bootstrap, seed_base=args.seed_base,
     )
+
+
+def _output_dir_problem(path: Path) -> str:
+    """'' when `path` is a folder or can become one; else why not (a file is in the way)."""
+    for part in (path, *path.parents):
+        if part.exists():
+            if part.is_dir():
+                return ""
+            where = "is a file" if part == path else f"lies under {part}, which is a file"
+            return f"--output-dir {path} {where}; give a folder"
+    return ""
+
+
+def summary_line(group: GroupMetrics, trials: int) -> str:
+    """One group's closing line: pass^1, and pass^k at k = `trials` when that is more than 1."""
+    ks = [1, trials] if trials > 1 else [1]
+    scores = " ".join(f"pass^{k} {format_interval(group.pass_hat_k.get(k), group.pass_hat_k_ci.get(k))}"
+                      for k in ks)
+    counts = f"{group.num_valid_trials} valid trials, {group.num_rejected_trials} rejected"
+    return f"{group.name}: {scores} ({counts})"
 
 
 def settings_differences(old: Any, new: Any, prefix: str = "") -> list[str]:
@@ -612,11 +659,7 @@ def evaluate(plan: EvalPlan, log: TrialLog, records: list[TrialRecord]) -> int:
     report = write_report(plan, recorded)
     record_tau2_files(plan, tau2_results.write_results(plan, recorded))
     for g in report.groups():
-        k = plan.trials
-        logger.info("%s: pass^1 %s pass^%d %s (%d valid trials, %d rejected)", g.name,
-                    format_interval(g.pass_hat_k[1], g.pass_hat_k_ci.get(1)), k,
-                    format_interval(g.pass_hat_k[k], g.pass_hat_k_ci.get(k)),
-                    g.num_valid_trials, g.num_rejected_trials)
+        logger.info("%s", summary_line(g, plan.trials))
     if not report.overall.num_valid_trials:
         latest = {r.key: r for r in recorded}  # a trial's last attempt
         reasons = Counter(r.rejection for r in latest.values() if not r.scored)
@@ -661,6 +704,13 @@ def endpoint_check(plan: EvalPlan) -> list[str]:
     return problems
 
 
+def refuse(parser: argparse.ArgumentParser, problems: list[str]) -> int:
+    """Each problem on a line of its own, named by the command as typed; no usage text. Exit status 2."""
+    for problem in problems:
+        print(f"{parser.prog}: {problem}", file=sys.stderr)
+    return 2
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -670,12 +720,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         setup_runtime(args.tau2_log_level or "ERROR")  # before tau2 is imported: it logs at import
     except ValueError as e:
-        parser.error(str(e))
+        return refuse(parser, [str(e)])
     if not args.oracle:
         return run(parser, args)
     if args.policy_base_url or args.policy_model or args.leaderboard:
-        parser.error("--oracle plays the ground truth: it takes no --policy-base-url, --policy-model or "
-                     "--leaderboard")
+        return refuse(parser, ["--oracle plays the ground truth: it takes no --policy-base-url, "
+                               "--policy-model or --leaderboard"])
     from examples.tau2.cpu.scripted_endpoint import EndpointThread
 
     with EndpointThread() as scripted:
@@ -685,19 +735,21 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    """Check the command line, then evaluate (and submit, with --leaderboard)."""
+    """Check the command line, then evaluate (and submit, with --leaderboard). Every problem found is one
+    line on stderr, and the exit status 2."""
+    problems = leaderboard.protocol_problems(args) if args.leaderboard else []
     try:
-        if args.leaderboard and (problem := leaderboard.apply_protocol(args)):
-            raise ValueError(problem)
         plan = plan_from_args(args)
-        if args.leaderboard and (problem := leaderboard.plan_problem(plan)):
-            raise ValueError(problem)
-        problems = endpoint_check(plan)
-        if problems:
-            raise ValueError("; ".join(problems))
+    except InputProblems as e:
+        return refuse(parser, problems + e.problems)
+    problems += leaderboard.plan_problems(plan) if args.leaderboard else []
+    problems = problems or endpoint_check(plan)
+    if problems:
+        return refuse(parser, problems)
+    try:
         log, records = open_run(plan)
-    except ValueError as e:
-        parser.error(str(e))
+    except ValueError as e:  # a run with other settings in --output-dir
+        return refuse(parser, [str(e)])
     code = evaluate(plan, log, records)
     if code == 0 and args.leaderboard:
         code = leaderboard.submit(plan, leaderboard.Contact(args.contact_email, args.organization),

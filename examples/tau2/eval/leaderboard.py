@@ -68,42 +68,45 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="--leaderboard: the organization that made the model and ran the evaluation")
 
 
-def apply_protocol(args: argparse.Namespace, release: Tau2Release | None = None) -> str:
-    """Set the protocol's domains, split and trials on `args`; a sentence naming what the benchmark would
-    not accept, or "" (the release last, so that the other checks do not depend on it)."""
+def protocol_problems(args: argparse.Namespace, release: Tau2Release | None = None) -> list[str]:
+    """Set the protocol's domains, split and trials on `args`; every sentence naming what the benchmark
+    would not accept (empty: none)."""
     p = PROTOCOL
     what = f"every task of the {p.split} split of {', '.join(p.domains)}"
-    for flag, given in (("--domains", args.domains), ("--split", args.split), ("--task-ids", args.task_ids),
-                        ("--limit", args.limit)):
-        if given is not None:
-            return f"--leaderboard runs {what} and accepts no subset; drop {flag}"
+    subset = (("--domains", args.domains), ("--split", args.split), ("--task-ids", args.task_ids),
+              ("--limit", args.limit))
+    problems = [f"--leaderboard runs {what} and accepts no subset; drop {flag}"
+                for flag, given in subset if given is not None]
     if args.trials is not None and args.trials != p.trials:
-        return (f"--leaderboard runs {p.trials} trials of every task (the leaderboard reports pass^1 to "
-                f"pass^{p.trials} over equal trials); drop --trials")
+        problems.append(f"--leaderboard runs {p.trials} trials of every task (the leaderboard reports pass^1 "
+                        f"to pass^{p.trials} over equal trials); drop --trials")
     if not args.contact_email or not args.organization:
-        return "--leaderboard needs --contact-email and --organization: tau2 submit prepare records them"
+        problems.append("--leaderboard needs --contact-email and --organization: tau2 submit prepare records "
+                        "them")
     release = release or installed_release()
     if not release.is_upstream_1_0:
-        return (f"--leaderboard needs tau2-bench 1.0.x, the leaderboard's release, but {release.label} is "
-                "installed; install it with TAU2=upstream bash scripts/install.sh (docs/tau2_releases.md)")
+        problems.append(f"--leaderboard needs tau2-bench 1.0.x, the leaderboard's release, but "
+                        f"{release.label} is installed; install it with TAU2=upstream bash "
+                        "scripts/install.sh (docs/tau2_releases.md)")
     args.domains, args.split, args.trials = list(p.domains), p.split, p.trials
-    return ""
+    args.task_ids = args.limit = None
+    return problems
 
 
-def plan_problem(plan: EvalPlan) -> str:
-    """The episode settings the benchmark would not accept, as a sentence, or ""."""
+def plan_problems(plan: EvalPlan) -> list[str]:
+    """The episode settings the benchmark would not accept, one sentence each."""
     env = plan.env
-    for name in SHAPING_FIELDS:
-        if getattr(env, name):
-            return (f"--leaderboard scores tau2's own reward, but {name}={getattr(env, name)} shapes it "
-                    f"(from --config or --{name.replace('_', '-')}); set it to 0")
+    problems = [f"--leaderboard scores tau2's own reward, but {name}={getattr(env, name)} shapes it (from "
+                f"--config or --{name.replace('_', '-')}); set it to 0" for name in SHAPING_FIELDS
+                if getattr(env, name)]
     if env.solo_mode:
-        return "--leaderboard runs the benchmark's conversations with a user simulator; drop --solo-mode"
+        problems.append("--leaderboard runs the benchmark's conversations with a user simulator; drop "
+                        "--solo-mode")
     judged = [d for d in plan.tasks if d == "retail"]
     if judged and not env.judge_base_url:
-        return ("--leaderboard needs an NL-assertion judge: tau2 1.0.x grades some retail tasks with an LLM; "
-                "give --judge-base-url and --judge-model")
-    return ""
+        problems.append("--leaderboard needs an NL-assertion judge: tau2 1.0.x grades some retail tasks with "
+                        "an LLM; give --judge-base-url and --judge-model")
+    return problems
 
 
 def _tau2_cli(args: list[str], stdin: str = "") -> subprocess.CompletedProcess[str]:

@@ -68,19 +68,6 @@ def check_slurm(config: Any, paths: dict[str, str], ask_cluster: bool = True) ->
     return errors
 
 
-def unreachable() -> str:
-    """'' when SLURM answers from this machine; else why not and what to do (one sentence)."""
-    if not queue.available():
-        return ("scheduler.type=slurm but this machine has no SLURM client (sbatch, squeue, sinfo); run from "
-                "a login node, or bring up a local one: bash examples/tau2/tau2_rl.sh slurm-local up")
-    try:
-        queue.nodes()
-    except queue.SlurmError as e:
-        return (f"scheduler.type=slurm but SLURM does not answer ({e}); check SLURM_CONF, or bring up a "
-                "local one: bash examples/tau2/tau2_rl.sh slurm-local up")
-    return ""
-
-
 def check_capacity(config: Any) -> list[str]:
     """Every job of the run fits enough nodes of the partition `sinfo` reports (SLURM unreachable: none)."""
     try:

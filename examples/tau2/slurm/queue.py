@@ -195,3 +195,16 @@ def job_log_tail(path: str, lines: int = 20) -> str:
     except OSError:
         return f"(no log at {path})"
     return "".join(tail).rstrip() or f"({path} is empty)"
+
+
+def unreachable() -> str:
+    """'' when SLURM answers from this machine; else why not and what to do (one sentence)."""
+    if not available():
+        return ("scheduler.type=slurm but this machine has no SLURM client (sbatch, squeue, sinfo); run from "
+                "a login node, or bring up a local one: bash examples/tau2/tau2_rl.sh slurm-local up")
+    try:
+        nodes()
+    except SlurmError as e:
+        return (f"scheduler.type=slurm but SLURM does not answer ({e}); check SLURM_CONF, or bring up a "
+                "local one: bash examples/tau2/tau2_rl.sh slurm-local up")
+    return ""

@@ -10,7 +10,8 @@ imports it):
     PYTHONPATH=examples/tau2/docs/own_domain ... econfig.domain_modules=[library_desk] econfig.domain=library
 
 Layout: data_model.py (the database), tools.py (the agent's tools), environment.py (what the registry
-calls), data/ (db.json, policy.md, tasks.json, split_tasks.json). Check it with ../check_library.py.
+calls), data/ (db.json, policy.md, tasks.json, split_tasks.json). Check its tasks with
+`tau2_rl.sh eval --oracle` (docs/own_domain.md).
 """
 
 from tau2.registry import registry

@@ -45,21 +45,3 @@ class LibraryDB(DB):
     books: dict[str, Book] = Field(description="Books indexed by book id")
     loans: dict[str, Loan] = Field(description="Current loans indexed by loan id")
     holds: dict[str, Hold] = Field(description="Current holds indexed by hold id")
-
-
-# What the desk sees of an account: tool results, not tables (never stored, so never graded).
-
-
-class AccountLoan(Loan):
-    title: str = Field(description="Title of the borrowed book")
-    holds_by_others: int = Field(description="Holds that other members have on this book")
-
-
-class AccountHold(Hold):
-    title: str = Field(description="Title of the held book")
-
-
-class MemberAccount(BaseModel):
-    member: Member
-    loans: list[AccountLoan]
-    holds: list[AccountHold]
