@@ -21,13 +21,16 @@ commands:
                                   TAU2_IMAGE if set (apptainer), else as the config's scheduling_spec says
                                   (natively: +configs=slurm_native); --submit runs the controller itself as
                                   a job and prints where its log is
-  slurm-local up|down|status [--nodes N]
+  slurm-local up|down|status [--nodes N] [--cpus C] [--mem-mb M]
                                   a throw-away CPU-only SLURM on this machine (root; Debian's packages) to try
-                                  the cluster path on, e.g. 'smoke scheduler.type=slurm' (TRAINING.md)
+                                  the cluster path on, e.g. 'smoke scheduler.type=slurm' (TRAINING.md); for
+                                  squeue and sinfo in your shell, run the 'export SLURM_CONF=...' that up prints
   dry-run [OVERRIDES...]          resolve and check the whole run, print the plan; starts nothing
   user-server start|stop|status   self-hosted SGLang user simulator on TAU2_USER_GPUS (start waits for health)
   eval [ARGS...]                  python -m examples.tau2.eval.evaluate ARGS... (also writes tau2's own results
-                                  files, <output-dir>/tau2_results/: tau2 view, evaluate-trajs, submit read them)
+                                  files, <output-dir>/tau2_results/: tau2 view, evaluate-trajs, submit read them);
+                                  'eval --oracle --domain-modules MOD --domains NAME ...' checks a domain's tasks
+                                  (docs/own_domain.md)
   eval --leaderboard --policy-base-url URL --policy-model NAME --user-model NAME --user-base-url URL
        --judge-base-url URL --judge-model NAME --contact-email EMAIL --organization ORG --output-dir DIR
                                   the tau2-bench leaderboard's protocol (tau2 1.0.x, base split of airline, retail,
@@ -40,6 +43,7 @@ commands:
 
 OVERRIDES are Hydra key=value pairs over the config (default examples/tau2/config.yaml), e.g.
   +configs=debug_2gpu    +configs=slurm_2node    econfig.domain=retail    trial_name=run2
+  econfig.domain=library "econfig.domain_modules=[library_desk]"   (a domain of your own: docs/own_domain.md)
   allocation_mode=sglang:d4t2+archon:d4p2t1   (old combined form, rewritten into per-engine backends)
 
 the original example's commands (AReaL 1.0.4 has no areal.launcher; TRAINING.md "The original commands"):

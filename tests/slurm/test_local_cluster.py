@@ -3,6 +3,11 @@ pid, and its refusals."""
 
 from __future__ import annotations
 
+import os
+import signal
+import time
+from pathlib import Path
+
 import psutil
 import pytest
 
@@ -42,6 +47,37 @@ def test_two_nodes_run_a_job_across_both_and_go_down_by_pid():
         assert all(psutil.pid_exists(p) for p in pids) and len(pids) == 4  # munged, slurmctld, 2 x slurmd
     assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids)
     assert local_cluster.load(cluster.root) is None
+
+
+@pytest.mark.slow
+def test_up_leaves_a_running_cluster_and_its_jobs_alone_and_down_leaves_no_job_step(capsys):
+    """`up` twice does not restart the daemons nor empty the queue; `down` ends the job steps too, which
+    leave slurmd's process tree at once, even when slurmctld is gone and cannot cancel them."""
+    require_root()
+    import tempfile
+
+    root = tempfile.mkdtemp(prefix="tau2-slurm-twice-", dir="/tmp")
+    try:
+        assert local_cluster.main(["up", "--dir", root, "--nodes", "1"]) == 0
+        cluster = local_cluster.load(Path(root))
+        job = cluster.run("sbatch", "--parsable", "--wrap", "trap '' TERM; sleep 617").strip()
+        deadline = time.monotonic() + 30
+        while not local_cluster.job_steps(cluster.conf) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert local_cluster.job_steps(cluster.conf), "the job's step did not start"
+        capsys.readouterr()
+        assert local_cluster.main(["up", "--dir", root, "--nodes", "1"]) == 0
+        assert "already up under" in capsys.readouterr().err
+        assert [d.pid for d in local_cluster.load(Path(root)).daemons] == [d.pid for d in cluster.daemons]
+        assert job in cluster.jobs()[0]
+        assert local_cluster.main(["up", "--dir", root, "--nodes", "2"]) == 1
+        assert "`tau2_rl.sh slurm-local down` first" in capsys.readouterr().err
+        ctld = next(d for d in cluster.daemons if d.name == "slurmctld")
+        os.kill(ctld.pid, signal.SIGKILL)  # nothing can cancel the job now
+    finally:
+        assert local_cluster.main(["down", "--dir", root]) == 0
+    assert local_cluster.job_steps(cluster.conf) == []
+    assert not [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", "617"]]
 
 
 @pytest.mark.slow

@@ -27,6 +27,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 DEBIAN_PACKAGES = ("slurm-wlm", "slurm-client", "munge")
 DAEMON_BINARIES = ("slurmctld", "slurmd", "munged", "mungekey", "sbatch", "srun", "squeue", "scancel",
@@ -309,13 +310,33 @@ def load(root: Path = DEFAULT_DIR) -> LocalCluster | None:
     return LocalCluster(root.absolute(), ClusterSpec(**state["spec"]), daemons)
 
 
-def _stop(daemons: list[Daemon], timeout_s: float = 10.0) -> list[Daemon]:
-    """SIGTERM each running daemon (slurmd first, munged last), SIGKILL what is left; those signalled."""
+def job_steps(conf: Path) -> list[Any]:
+    """The job steps (`slurmstepd` and what it runs) of the cluster whose config is `conf`. A step leaves
+    slurmd's process tree at once (slurmstepd is re-parented to init), so it is found by the SLURM_CONF
+    that slurmd handed it."""
+    import psutil
+
+    wanted = f"SLURM_CONF={conf}".encode()
+    steps = []
+    for p in psutil.process_iter(["name"]):
+        with contextlib.suppress(psutil.Error, OSError):
+            # Read raw: slurmstepd retitles itself over the start of its environment block, which ends
+            # psutil's `environ()` at the first empty entry.
+            if p.info["name"] != "slurmstepd":
+                continue
+            if wanted in Path(f"/proc/{p.pid}/environ").read_bytes().split(b"\0"):
+                steps += [*p.children(recursive=True), p]
+    return steps
+
+
+def _stop(daemons: list[Daemon], timeout_s: float = 10.0, steps: list[Any] | None = None) -> list[Daemon]:
+    """SIGTERM each running daemon (slurmd first, munged last), SIGKILL what is left of them, of their
+    descendants and of `steps` (slurmstepd ignores SIGTERM); the daemons signalled."""
     import psutil
 
     order = sorted(daemons, key=lambda d: {"munged": 2, "slurmctld": 1}.get(d.name, 0))
     alive = [d for d in order if d.running()]
-    procs = []
+    procs = list(steps or [])
     for d in alive:
         with contextlib.suppress(psutil.Error):
             p = psutil.Process(d.pid)
@@ -339,7 +360,7 @@ def down(root: Path = DEFAULT_DIR) -> list[Daemon]:
         if all(d.running() for d in cluster.daemons):  # let slurmd end the job steps it runs
             cluster.run("scancel", "--full", "--state=RUNNING", timeout_s=5)
             cluster.run("scancel", "--state=PENDING", timeout_s=5)
-    stopped = _stop(cluster.daemons)
+    stopped = _stop(cluster.daemons, steps=job_steps(cluster.conf))
     (cluster.root / STATE_FILE).unlink(missing_ok=True)
     return stopped
 
@@ -369,6 +390,20 @@ def status(root: Path = DEFAULT_DIR) -> str:
     return "\n".join(lines)
 
 
+def _already_up(cluster: LocalCluster, wanted: ClusterSpec) -> int:
+    """`up` where a cluster runs: left as it is, its jobs included (0), or refused when another shape was
+    asked for (1)."""
+    shape = f"{cluster.spec.nodes} node(s) of {cluster.spec.cpus} CPUs and {cluster.spec.mem_mb} MiB"
+    if cluster.spec != wanted:
+        print(f"slurm-local: a local SLURM of {shape} already runs under {cluster.root}; left as it is (its "
+              "jobs too): `tau2_rl.sh slurm-local down` first to bring up another", file=sys.stderr)
+        return 1
+    print(f"local SLURM already up under {cluster.root} ({shape}); left as it is, its jobs too",
+          file=sys.stderr)
+    print(f"export SLURM_CONF={cluster.conf}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m examples.tau2.slurm.local_cluster", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -381,8 +416,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.action == "up":
+            spec = ClusterSpec(nodes=args.nodes, cpus=args.cpus, mem_mb=args.mem_mb)
+            current = load(args.dir)
+            if current is not None and all(d.running() for d in current.daemons):
+                return _already_up(current, spec)
             start = time.monotonic()
-            cluster = up(args.dir, ClusterSpec(nodes=args.nodes, cpus=args.cpus, mem_mb=args.mem_mb))
+            cluster = up(args.dir, spec)
             print(f"local SLURM up in {time.monotonic() - start:.1f} s: {args.nodes} node(s) "
                   f"({', '.join(cluster.spec.node_names)}); stop it with `tau2_rl.sh slurm-local down`",
                   file=sys.stderr)
