@@ -376,3 +376,21 @@ def test_real_episodes_drive_the_buckets(endpoint, tmp_path):
     assert by_skill["easy"] > 0 and all(r.draw.sampled_per_bucket["retired"] == 0 for r in reports)
     for r in reports:  # what each draw chose is what was played
         assert sum(r.skills.values()) == sum(r.draw.sampled_per_bucket.values()) == 6
+
+
+def test_the_curriculum_samples_a_domain_from_a_module(endpoint, tmp_path, monkeypatch):
+    """The example domain of docs/own_domain.md through the same sampling path: every row is one of its
+    training tasks, and the outcome lines name it."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "examples" / "tau2" / "docs"
+                                    / "own_domain"))
+    run = RunConfig(domain="library", domain_modules=("library_desk",), steps=3, batch=3, samples=2, seed=2,
+                    curriculum=SMALL)
+    reports = asyncio.run(drive(run, endpoint.url, tmp_path / "outcomes"))
+    lines = [json.loads(x) for f in (tmp_path / "outcomes").glob("outcomes-*.jsonl")
+             for x in f.read_text().splitlines()]
+    assert len(lines) == sum(r.episodes for r in reports) == 3 * 3 * 2
+    assert {line["domain"] for line in lines} == {"library"}
+    train = {r["task_id"] for r in tau2_dataset.split_rows("library", "train")}
+    assert {line["task_id"] for line in lines} <= train
+    assert reports[0].draw.tasks_per_bucket["new"] == 6 and reports[1].draw.new_outcomes == 6
+

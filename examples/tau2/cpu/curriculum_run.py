@@ -7,7 +7,8 @@ outcome lines are what the sampler reads at the next draw. The policy has a fixe
 (scripted `route:` rules): a third of the tasks always solved ("easy"), a third solved on even seeds
 ("medium"), a third never ("hard"), so the buckets must come out as retired / partial / unsolved.
 
-    python -m examples.tau2.cpu.curriculum_run [--domain airline] [--steps 8] [--batch 8] [--samples 2]
+    python -m examples.tau2.cpu.curriculum_run [--domain airline] [--domain-modules MOD ...] [--steps 8]
+        [--batch 8] [--samples 2]
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ class RunConfig:
     """One driven run: which tasks, how many steps and episodes, and the curriculum."""
 
     domain: str = "airline"
+    domain_modules: tuple[str, ...] = ()
+    """Modules that register `domain` when it is not a built-in one (docs/own_domain.md)."""
     split: str = "train"
     steps: int = 8
     batch: int = 8
@@ -78,8 +81,10 @@ async def drive(run: RunConfig, endpoint_url: str, outcomes: Path) -> list[StepR
     from areal.utils.data import cycle_dataloader
 
     from examples.tau2.curriculum.workflow import CurriculumAgentWorkflow
+    from examples.tau2.episode import domain as tau2_domain
     from examples.tau2.training import dataset as tau2_dataset
 
+    tau2_domain.load_modules(run.domain_modules)
     rows = tau2_dataset.split_rows(run.domain, run.split)
     skills = task_skills([r["task_id"] for r in rows])
     loader = curriculum_dataloader(tau2_dataset.to_dataset(rows), run.curriculum, batch_size=run.batch,
@@ -89,7 +94,7 @@ async def drive(run: RunConfig, endpoint_url: str, outcomes: Path) -> list[StepR
     workflow = CurriculumAgentWorkflow(
         curriculum_outcomes_dir=str(outcomes), user_base_url=endpoint_url, user_model="user",
         agent_model=skill_policy(skills), llm_retries=1, retry_backoff_s=0.01, request_timeout_s=30.0,
-        episode_timeout_s=300.0)
+        episode_timeout_s=300.0, domain_modules=list(run.domain_modules))
     reports = []
     batches = cycle_dataloader(loader)
     try:
@@ -110,6 +115,7 @@ async def drive(run: RunConfig, endpoint_url: str, outcomes: Path) -> list[StepR
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--domain", default="airline")
+    parser.add_argument("--domain-modules", nargs="+", default=[], metavar="MOD")
     parser.add_argument("--split", default="train")
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--batch", type=int, default=8)
@@ -122,8 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     from examples.tau2.cpu.scripted_endpoint import EndpointThread
 
-    run = RunConfig(domain=args.domain, split=args.split, steps=args.steps, batch=args.batch,
-                    samples=args.samples, seed=args.seed)
+    run = RunConfig(domain=args.domain, domain_modules=tuple(args.domain_modules), split=args.split,
+                    steps=args.steps, batch=args.batch, samples=args.samples, seed=args.seed)
     with EndpointThread() as endpoint, tempfile.TemporaryDirectory() as tmp:
         asyncio.run(drive(run, endpoint.url, Path(tmp) / "outcomes"))
     return 0
