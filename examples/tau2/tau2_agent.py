@@ -143,6 +143,7 @@ class Tau2AgentWorkflow:
     ) -> EpisodeResult:
         """Run one episode and score it with tau2. Used by `run` and by evaluation."""
         ref = TaskRef.from_data(data)
+        tau2_domain.check_domain(ref.domain)  # a row of an unknown domain is bad input, not a rejection
         cfg = self.config
         loop = asyncio.get_running_loop()
         policy = self._endpoint(base_url, api_key, cfg.agent_model, RejectReason.POLICY_ENDPOINT,
@@ -274,6 +275,34 @@ def _bridged_judge(endpoint: ChatEndpoint, bridge: _LoopBridge, stats: _EpisodeS
     return judge
 
 
+@dataclass(frozen=True)
+class AgentTools:
+    """What the policy is offered in an episode: tau2's Tool objects (the agent's prompt lists them), their
+    OpenAI schemas (sent with every request) and the names tau2 may run (the think tool is answered
+    inside the agent, never by tau2)."""
+
+    tools: list[Tool]
+    schemas: tuple[dict[str, Any], ...]
+    valid_names: frozenset[str]
+
+
+def agent_tools(domain: str, solo_mode: bool, think_tool: bool) -> AgentTools:
+    """The domain's agent tools, plus its user's in solo mode (the agent works the ticket alone), plus the
+    think tool when asked: one place, for the episodes and for the SFT rows built from their dumps."""
+    # Tool objects and schemas are shared by every episode of the domain (the agents only read their
+    # names and schemas); tau2 executes calls through each episode's own environment.
+    toolset = tau2_domain.tools(domain)
+    tools, schemas = list(toolset.agent), list(toolset.agent_schemas)
+    if solo_mode:
+        tools += toolset.user
+        schemas += toolset.user_schemas
+    valid_names = frozenset(t.name for t in tools)
+    if think_tool:
+        tools.append(_THINK_TOOL)
+        schemas.append(_THINK_SCHEMA)
+    return AgentTools(tools, tuple(schemas), valid_names)
+
+
 def _build_episode(ref: TaskRef, cfg: Tau2EnvConfig, policy: ChatEndpoint,
                    user_endpoint: ChatEndpoint | None, bridge: _LoopBridge, seed: int | None) -> _Episode:
     """tau2's task, environment, agent, user and orchestrator, as `tau2 run` would build them."""
@@ -281,25 +310,16 @@ def _build_episode(ref: TaskRef, cfg: Tau2EnvConfig, policy: ChatEndpoint,
     task = tau2_domain.get_task(ref.domain, ref.task_id)
     env = tau2_domain.make_environment(ref.domain, solo_mode=cfg.solo_mode)
     stats = _EpisodeStats()
-    # Tool objects and schemas are shared by every episode of the domain (the agents only read their
-    # names and schemas); tau2 executes calls through this episode's `env`.
+    offered = agent_tools(ref.domain, cfg.solo_mode, cfg.enable_think_tool)
     toolset = tau2_domain.tools(ref.domain)
-    agent_tools, agent_schemas = list(toolset.agent), list(toolset.agent_schemas)
-    if cfg.solo_mode:
-        agent_tools += toolset.user
-        agent_schemas += toolset.user_schemas
-    valid_names = frozenset(t.name for t in agent_tools)
-    if cfg.enable_think_tool:
-        agent_tools.append(_THINK_TOOL)
-        agent_schemas.append(_THINK_SCHEMA)
-    turn = _PolicyTurn(policy, bridge, stats, cfg, tuple(agent_schemas), valid_names,
+    turn = _PolicyTurn(policy, bridge, stats, cfg, offered.schemas, offered.valid_names,
                        episode_seed=seed if cfg.policy_seed else None, task=f"{ref.domain}/{ref.task_id}")
     if cfg.solo_mode:
-        agent: LLMAgent | LLMSoloAgent = _ProxySoloAgent(turn, agent_tools, env.get_policy(), task)
+        agent: LLMAgent | LLMSoloAgent = _ProxySoloAgent(turn, offered.tools, env.get_policy(), task)
         user: UserSimulator = DummyUser()
     else:
         assert user_endpoint is not None
-        agent = _ProxyAgent(turn, agent_tools, env.get_policy())
+        agent = _ProxyAgent(turn, offered.tools, env.get_policy())
         user = _BridgedUser(user_endpoint, bridge, stats, cfg, list(toolset.user) or None,
                             list(toolset.user_schemas) or None, str(task.user_scenario))
     orchestrator = Orchestrator(

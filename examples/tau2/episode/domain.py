@@ -128,7 +128,7 @@ def is_builtin(domain: str) -> bool:
     return domain in BUILTIN_DOMAINS
 
 
-def _check_domain(domain: str, modules: Iterable[str] | None = None) -> None:
+def check_domain(domain: str, modules: Iterable[str] | None = None) -> None:
     """Raises DomainError for a domain neither built in nor registered by a loaded module. `modules`: the
     ones the run named (default: every module this process loaded)."""
     if domain not in known_domains():
@@ -159,7 +159,7 @@ def _stock_tasks_by_id(domain: str) -> dict[str, Task]:
 
 def get_task(domain: str, task_id: str) -> Task:
     """The task object. Shared between episodes: treat it as read-only."""
-    _check_domain(domain)
+    check_domain(domain)
     tasks = _tasks_by_id(domain)
     try:
         return tasks[task_id]
@@ -169,7 +169,7 @@ def get_task(domain: str, task_id: str) -> Task:
 
 def splits(domain: str) -> dict[str, list[str]]:
     """Split name -> task ids. A domain without a splits loader (`mock`) has one split, `all`."""
-    _check_domain(domain)
+    check_domain(domain)
     if _cached(domain):
         return tau2_cache.domain_cache(domain).splits()
     loader = registry.get_task_splits_loader(domain)
@@ -189,7 +189,7 @@ def task_ids(domain: str, split: str) -> list[str]:
 
 def solo_problem(domain: str) -> str:
     """'' when the domain runs in solo mode; else why not, in one sentence."""
-    _check_domain(domain)
+    check_domain(domain)
     if is_builtin(domain):
         return "" if domain in SOLO_DOMAINS else (
             f"solo mode needs a domain with tickets ({', '.join(SOLO_DOMAINS)} or one from a module); "
@@ -204,7 +204,7 @@ def solo_problem(domain: str) -> str:
 
 def make_environment(domain: str, solo_mode: bool = False) -> Environment:
     """A fresh environment with its own database, as tau2's `run_task` builds it."""
-    _check_domain(domain)
+    check_domain(domain)
     if solo_mode and is_builtin(domain) and domain not in SOLO_DOMAINS:
         raise DomainError(f"tau2 domain {domain!r} does not support solo mode")
     if _cached(domain):
@@ -220,7 +220,7 @@ def tools(domain: str) -> tau2_cache.ToolSet:
     listing `env.get_tools()` and deriving each schema (10-50 ms). tau2 executes tool calls through
     the episode's environment, never through these Tool objects.
     """
-    _check_domain(domain)
+    check_domain(domain)
     if _cached(domain):
         return tau2_cache.domain_cache(domain).tools()
     return _stock_tools(domain)
@@ -263,7 +263,7 @@ def problems(modules: Sequence[str], domains: Iterable[str], split_names: Iterab
     chosen = [s for s in dict.fromkeys(split_names) if s]
     for domain in dict.fromkeys(domains):
         try:
-            _check_domain(domain, modules)
+            check_domain(domain, modules)
             available = splits(domain)
         except DomainError as e:
             found.append(str(e))
@@ -282,7 +282,7 @@ def evaluate(simulation: SimulationRun, task: Task, domain: str, solo_mode: bool
              judge: tau2_judge.Judge | None = None) -> RewardInfo:
     """tau2's `evaluate_simulation` with every criterion (DB/env, actions, communicate, and on tau2
     1.0.x the NL assertions, whose verdicts come from `judge`; without one such a task raises `NoJudge`)."""
-    _check_domain(domain)
+    check_domain(domain)
     if not tau2_judge.needs_judge(task):
         return _evaluate(simulation, task, domain, solo_mode)
     tau2_judge.install()

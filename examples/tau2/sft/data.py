@@ -228,21 +228,13 @@ def policy_prompt(domain: str, task_id: str, solo_mode: bool, think_tool: bool) 
     prompt holds the task's ticket) with the domain's agent tools (+ user tools in solo mode, + the
     think tool, + solo's `done`)."""
     from tau2.agent.llm_agent import LLMAgent, LLMSoloAgent
-    from tau2.environment.tool import as_tool
 
     from examples.tau2.episode import domain as tau2_domain
-    from examples.tau2.tau2_agent import think
+    from examples.tau2.tau2_agent import agent_tools
 
     env = tau2_domain.make_environment(domain, solo_mode=solo_mode)
-    toolset = tau2_domain.tools(domain)
-    tools, schemas = list(toolset.agent), list(toolset.agent_schemas)
-    if solo_mode:
-        tools += toolset.user
-        schemas += toolset.user_schemas
-    if think_tool:
-        tool = as_tool(think)
-        tools.append(tool)
-        schemas.append(tool.openai_schema)
+    offered = agent_tools(domain, solo_mode, think_tool)
+    tools, schemas = offered.tools, list(offered.schemas)
     if solo_mode:
         agent: LLMAgent = LLMSoloAgent(tools=tools, domain_policy=env.get_policy(),
                                        task=tau2_domain.get_task(domain, task_id), llm="policy")

@@ -165,7 +165,9 @@ def settings_table() -> list[str]:
              "this table and config.yaml's comments are written from them (`python -m "
              "examples.tau2.training.settings_docs`). A setting with a source follows it in training and in "
              "validation episodes unless `econfig` sets it (`DERIVED_EPISODE_FIELDS` in "
-             "`training/config.py`); an explicit value that differs is refused.")
+             "`training/config.py`); an explicit value that differs is refused. The defaults are the "
+             "workflow's own, as a `Tau2EnvConfig` built in Python gets them; config.yaml sets some "
+             "otherwise for training (docs/episode_to_row.md names those).")
     lines = ["", *textwrap.wrap(intro, width=LINE_WIDTH, break_on_hyphens=False), "",
              "| setting | default (source) | what it is |", "| --- | --- | --- |"]
     for field in dataclasses.fields(Tau2EnvConfig):

@@ -63,7 +63,8 @@ logger = logging.getLogger("tau2_areal.trainer")
 
 class Tau2PPOTrainer(PPOTrainer):
     """AReaL's `PPOTrainer` for τ² episodes: served-prompt rendering, partial GRPO groups, kill-safe saves,
-    the curriculum sampler and the project's SLURM scheduler (the module docstring's table).
+    the curriculum sampler and the project's SLURM scheduler (each AReaL name it replaces is a row of
+    `REPLACED`, the table at the end of this module).
 
     `parity_record_dir`, when given, makes the proxies record every prompt they render there (the smoke
     run compares them with the server's own rendering at every step).
