@@ -21,14 +21,18 @@ ROOT = Path(__file__).resolve().parents[1]
 LEARN = ROOT / "examples" / "tau2" / "docs" / "learn"
 
 
-def learn_results() -> list[SeedResult]:
-    rows = json.loads((LEARN / "learn.json").read_text())
+OWN_DOMAIN = LEARN / "library"
+"""The learning run on the example domain of docs/own_domain.md."""
+
+
+def learn_results(folder: Path = LEARN) -> list[SeedResult]:
+    rows = json.loads((folder / "learn.json").read_text())
     return [SeedResult(**{**row, "before": PolicyScore(**row["before"]),
                           "after": PolicyScore(**row["after"])}) for row in rows]
 
 
 def evaluation_trials(results: list[SeedResult]) -> int:
-    return results[0].after.episodes // 9  # the 9 mock tasks of every evaluation
+    return results[0].after.episodes // results[0].after.tasks  # every trial of every task was scored
 
 
 def table_rows(text: str) -> list[str]:
@@ -50,6 +54,17 @@ def test_the_learning_results_page_shows_learn_json():
         assert row in result_section, row
     for row in table_rows(task_table(results)):
         assert row.strip() in result_section, row
+
+
+def test_the_own_domain_learning_results_are_the_rendering_of_their_learn_json():
+    results = learn_results(OWN_DOMAIN)
+    rendered = table(results, evaluation_trials(results))
+    assert (OWN_DOMAIN / "learn.md").read_text().strip() == rendered.strip()
+    page = (LEARN / "README.md").read_text()
+    start = page.index("## Your own domain")
+    section = page[start:page.index("\n## ", start)]
+    for row in table_rows(rendered):
+        assert row in section, row
 
 
 def test_the_readme_quotes_the_learning_gains_of_learn_json():

@@ -7,6 +7,7 @@ here end to end, because the before/after comparison rests on it.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -109,7 +110,7 @@ def _seed_result(tmp_path: Path, seed: int, before: float, after: float) -> lear
 
     def score(rate: float) -> learn.PolicyScore:
         return learn.PolicyScore(eval_dir="x", success_rate=rate, interval=(rate - 0.1, rate + 0.1),
-                                 episodes=36)
+                                 episodes=36, tasks=9)
 
     return learn.SeedResult(seed=seed, before=score(before), after=score(after), steps=3, train_s=600,
                             total_s=720, entropy=[3.0, 2.0, 1.0], step_success=[before, 0.3, after])
@@ -127,6 +128,8 @@ def test_table_and_curves_cover_every_seed(tmp_path: Path):
     text = learn.table(results, trials=4)
     assert "| FAILED |" in text and "- seed 2: logprob ratio outside 1 +- 0.05: step 1" in text
     assert "9 mock tasks x 4 trials" in text
+    own = [dataclasses.replace(r, domain="library") for r in results]  # the domain the run trained on
+    assert "9 library tasks x 4 trials" in learn.table(own, trials=4)
     png = learn.plot(tmp_path, results)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
     assert math.isclose(results[0].gain, 0.5)
