@@ -285,7 +285,8 @@ def run(config_file: Path, overrides: list[str], config: Tau2SmokeConfig) -> Smo
     start = time.perf_counter()
     model_dir = Path(config.actor.path) if config.actor.path else None
     if model_dir is None:
-        logger.info("building or loading the tiny policy (cpu/tiny_model.py)")
+        logger.info("the tiny policy (cpu/tiny_model.py): built on a recipe's first run, then loaded from "
+                    "its cache in about a second")
         recipe = TinyModelRecipe.from_dict(config.smoke.tiny_model)
         model_dir = ensure_tiny_model(recipe, config.smoke.cache_dir or None)
         info = load_info(model_dir)

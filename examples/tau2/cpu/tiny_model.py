@@ -460,7 +460,8 @@ def ensure_tiny_model(recipe: TinyModelRecipe, cache_dir: str | Path | None = No
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
-        logger.info("tiny model %s built in %.1f s", final, info.build_s)
+        logger.info("tiny model %s built in %.1f s; cached there, later runs of this recipe load it",
+                    final, info.build_s)
     return final
 
 

@@ -10,12 +10,14 @@ No `from __future__ import annotations` here: tau2 builds each tool's schemas fr
 """
 
 from datetime import date, timedelta
+from typing import TypeVar
 
 from tau2.environment.toolkit import ToolKitBase, ToolType, is_tool
 
-from .data_model import Book, Hold, LibraryDB, Member
+from .data_model import Book, Hold, LibraryDB, Loan, Member
 
 RENEWAL_DAYS = 14
+Row = TypeVar("Row", Loan, Hold)
 
 
 class LibraryTools(ToolKitBase):
@@ -32,6 +34,14 @@ class LibraryTools(ToolKitBase):
         if book_id not in self.db.books:
             raise ValueError(f"Book {book_id} not found")
         return self.db.books[book_id]
+
+    def _owned(self, table: dict[str, Row], key: str, member_id: str, what: str) -> Row:
+        """The member's own loan or hold `key`; ValueError for an unknown member, or a row not theirs."""
+        self._member(member_id)
+        row = table.get(key)
+        if row is None or row.member_id != member_id:
+            raise ValueError(f"{what} {key} not found for member {member_id}")
+        return row
 
     def _next_hold_id(self) -> str:
         # Derived from the table, not from a counter or a uuid: replaying the same calls makes the same ids.
@@ -81,10 +91,7 @@ class LibraryTools(ToolKitBase):
             member_id: The member id.
             loan_id: The loan id.
         """
-        self._member(member_id)
-        loan = self.db.loans.get(loan_id)
-        if loan is None or loan.member_id != member_id:
-            raise ValueError(f"Loan {loan_id} not found for member {member_id}")
+        loan = self._owned(self.db.loans, loan_id, member_id, "Loan")
         loan.due_date = (date.fromisoformat(loan.due_date) + timedelta(days=RENEWAL_DAYS)).isoformat()
         loan.renewals_used += 1
         return f"loan {loan_id} renewed: due {loan.due_date}"
@@ -113,10 +120,7 @@ class LibraryTools(ToolKitBase):
             member_id: The member id.
             hold_id: The hold id.
         """
-        self._member(member_id)
-        hold = self.db.holds.get(hold_id)
-        if hold is None or hold.member_id != member_id:
-            raise ValueError(f"Hold {hold_id} not found for member {member_id}")
+        self._owned(self.db.holds, hold_id, member_id, "Hold")
         del self.db.holds[hold_id]
         return f"hold {hold_id} cancelled"
 
