@@ -152,14 +152,19 @@ def test_tasks_that_cannot_be_graded_are_named(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     suffix = uuid.uuid4().hex[:8]
     module, domain = f"bad_{suffix}", f"bad-{suffix}"
-    tasks = [*TASKS, task("4", None), task("5", [("tow_car", {"plate": "P-7"})])]
-    write_domain(tmp_path, module, domain, tasks=tasks, splits={"train": ["1", "4", "5"], "test": ["3"]})
+    tasks = [*TASKS, task("4", None), task("5", [("tow_car", {"plate": "P-7"})]),
+             task("6", [("free_spots", {"level": 0}), ("reserve_spot", {"spot_id": "A2", "plate": "P-7"})])]
+    write_domain(tmp_path, module, domain, tasks=tasks, splits={"train": ["1", "4", "5", "6"], "test": ["3"]})
     assert tau2_domain.problems([module], [domain], ["train", "test", "valid"]) == [
         f"tau2 domain '{domain}' has no split 'valid' (available: test, train)",
         f"tau2 domain '{domain}' task '4' has no evaluation criteria, so every episode would score 1.0; give "
         "it actions, communicate_info or assertions",
         f"tau2 domain '{domain}' task '5': action '5_0' calls 'tow_car', which is not a tool of the "
         "assistant there",
+        # A2 is taken in the garage's database: tau2 would only log this, and grade against a gold state
+        # without the reservation.
+        f"tau2 domain '{domain}' task '6': action '6_1' (reserve_spot) fails when the ground truth is "
+        "replayed (ValueError: spot A2 is not free)",
     ]
     assert tau2_domain.problems([module], [domain], ["test"]) == []  # the bad tasks are not in it
 

@@ -232,8 +232,10 @@ def _stock_tools(domain: str) -> tau2_cache.ToolSet:
 
 
 def task_problems(domain: str, ids: Iterable[str]) -> list[str]:
-    """Tasks a run cannot grade, one sentence each: no evaluation criteria, or a ground-truth action that
-    names a tool the domain does not have (for its requestor: the agent's tools or the user's)."""
+    """Tasks a run cannot grade, one sentence each: no evaluation criteria, a ground-truth action that names
+    a tool the domain does not have (for its requestor: the agent's tools or the user's), or one that fails
+    when the task's ground truth is replayed from its start, as tau2's grader replays it (tau2 only logs
+    that, and its gold state then lacks the change: a do-nothing agent could pass)."""
     toolset = tools(domain)
     names = {"assistant": {t.name for t in toolset.agent}, "user": {t.name for t in toolset.user}}
     problems = []
@@ -243,11 +245,30 @@ def task_problems(domain: str, ids: Iterable[str]) -> list[str]:
             problems.append(f"tau2 domain {domain!r} task {task_id!r} has no evaluation criteria, so every "
                             "episode would score 1.0; give it actions, communicate_info or assertions")
             continue
-        for action in task.evaluation_criteria.actions or []:
-            if action.name not in names.get(action.requestor, set()):
-                problems.append(f"tau2 domain {domain!r} task {task_id!r}: action {action.action_id!r} "
-                                f"calls {action.name!r}, which is not a tool of the {action.requestor} there")
+        actions = task.evaluation_criteria.actions or []
+        unknown = [a for a in actions if a.name not in names.get(a.requestor, set())]
+        problems += [f"tau2 domain {domain!r} task {task_id!r}: action {a.action_id!r} calls {a.name!r}, "
+                     f"which is not a tool of the {a.requestor} there" for a in unknown]
+        if actions and not unknown and (failed := _failing_gold_action(domain, task)):
+            problems.append(f"tau2 domain {domain!r} task {task_id!r}: action {failed}")
     return problems
+
+
+def _failing_gold_action(domain: str, task: Task) -> str:
+    """'' when every ground-truth action of `task` runs on a fresh environment in the task's start state;
+    else the first that does not, with its error (tau2's `EnvironmentEvaluator` replays them so)."""
+    start = task.initial_state
+    env = make_environment(domain)
+    env.set_state(initialization_data=start.initialization_data if start else None,
+                  initialization_actions=start.initialization_actions if start else None,
+                  message_history=(start.message_history or []) if start else [])
+    for action in task.evaluation_criteria.actions or []:
+        try:
+            env.make_tool_call(tool_name=action.name, requestor=action.requestor, **action.arguments)
+        except Exception as e:
+            return (f"{action.action_id!r} ({action.name}) fails when the ground truth is replayed "
+                    f"({traceback.format_exception_only(e)[-1].strip()})")
+    return ""
 
 
 def problems(modules: Sequence[str], domains: Iterable[str], split_names: Iterable[str | None],
