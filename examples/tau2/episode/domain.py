@@ -82,7 +82,8 @@ def _load(name: str) -> DomainModule:
             raise DomainError(f"domain module {name!r} registers {taken.group(1)!r}, the name of a built-in "
                               "tau2 domain; give its domain another name") from None
         if taken:
-            owner = next((m.name for m in _modules.values() if taken.group(1) in m.domains), "another module")
+            owner = next((m.name for m in _modules.values() if taken.group(1) in m.domains),
+                         "tau2 or a module imported earlier")
             raise DomainError(f"domain module {name!r} registers {taken.group(1)!r}, which {owner} registers "
                               "already; give its domain another name") from None
         last = traceback.format_exception_only(e)[-1].strip()
