@@ -331,7 +331,7 @@ def plan_from_args(args: argparse.Namespace) -> EvalPlan:
         problems.append(f"--limit must be >= 1, got {args.limit}")
     if args.task_ids and len(set(args.domains)) > 1:
         problems.append("--task-ids needs exactly one --domains entry")
-    output_dir = args.output_dir.absolute()
+    output_dir = args.output_dir.resolve()
     problems += [p for p in [_output_dir_problem(output_dir)] if p]
     domains = list(dict.fromkeys(args.domains))
     bootstrap = None
