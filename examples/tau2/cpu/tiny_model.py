@@ -57,7 +57,8 @@ class TinyModelRecipe:
     warmup_domain_modules: tuple[str, ...] = ()
     """Modules that register `warmup_domain` when it is not a built-in one (`econfig.domain_modules`)."""
     warmup_tasks: tuple[str, ...] = ()
-    """Task ids of `warmup_domain` to imitate; empty: every task of the domain."""
+    """Task ids of `warmup_domain` to imitate; empty: its `train` split, or every task of a domain without
+    one (mock), so that a start never imitates the tasks held out to test it."""
     warmup_steps: int = 0
     """Full-batch supervised steps; 0 keeps the random weights."""
     warmup_lr: float = 3e-3
@@ -92,7 +93,9 @@ class TinyModelRecipe:
         if self.warmup_other_actions < 0:
             errors.append("warmup_other_actions must be >= 0")
         if not isinstance(self.warmup_domain, str) or not self.warmup_domain:
-            errors.append(f"warmup_domain must be a tau2 domain name, got {self.warmup_domain!r}")
+            errors.append(f"warmup_domain is {self.warmup_domain!r}: name the tau2 domain the tiny policy "
+                          "imitates (the smoke run's follows econfig.domain, which a mix leaves null), e.g. "
+                          "smoke.tiny_model.warmup_domain=mock")
         return errors
 
     @classmethod
@@ -410,9 +413,9 @@ def ensure_tiny_model(recipe: TinyModelRecipe, cache_dir: str | Path | None = No
         from examples.tau2.episode import domain as tau2_domain
 
         tau2_domain.load_modules(recipe.warmup_domain_modules)
-        tasks = list(recipe.warmup_tasks) or [
-            t for ids in tau2_domain.splits(recipe.warmup_domain).values() for t in ids
-        ]
+        available = tau2_domain.splits(recipe.warmup_domain)
+        tasks = list(recipe.warmup_tasks) or available.get("train") or [
+            t for ids in available.values() for t in ids]
         examples = record_oracle_turns(recipe.warmup_domain, list(dict.fromkeys(tasks)),
                                        recipe.warmup_domain_modules)
         if not examples:
