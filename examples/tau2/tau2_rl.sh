@@ -386,10 +386,13 @@ cmd_learn() { # the CPU learning run (examples/tau2/docs/learn/README.md): befor
   exec "$py" -m examples.tau2.cpu.learn "$@" # config.yaml + configs/learn_cpu.yaml, then the overrides
 }
 
-# Runs a command of the project from the caller's working directory (the checkout on PYTHONPATH), so that
-# relative paths on its command line (--output-dir, --config, run folders) are where the caller means.
-in_caller_dir() {
-  PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}" exec "$@"
+# Runs a module of the project from the caller's working directory, so that relative paths on its command
+# line (--output-dir, --config, run folders) are where the caller means. The checkout comes first on
+# PYTHONPATH, and -P keeps the caller's folder off sys.path (its own packages must not shadow ours).
+in_caller_dir() { # python, args...
+  local py="$1"
+  shift
+  PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}" exec "$py" -P "$@"
 }
 
 cmd_eval() { # TAU2_CONFIG, if set, is the config whose econfig gives the episode settings (--config)

@@ -139,7 +139,8 @@ class Tau2EnvConfig:
     max_errors: int = 10
     """Failed tool calls after which tau2 ends the episode."""
     solo_mode: bool = False
-    """No user simulator: the agent works the task's ticket alone (telecom and mock only)."""
+    """No user simulator: the agent works the task's ticket alone (telecom, mock, or a domain of your own
+    whose tasks have tickets)."""
 
     user_base_url: str = ""
     """OpenAI-compatible base URL of the user simulator (e.g. what `tau2_rl.sh user-server start` prints);

@@ -87,7 +87,8 @@ def test_the_door_s_reward_is_stock_tau2_s(garage):
     stock = evaluate_simulation(simulation=simulation, task=task_2, evaluation_type=EvaluationType.ALL,
                                 solo_mode=False, domain=domain)
     door = tau2_domain.evaluate(simulation, task_2, domain, solo_mode=False)
-    assert door.model_dump() == stock.model_dump() and door.reward == 0.0  # the wrong plate
+    assert door.model_dump() == stock.model_dump()
+    assert (door.reward, door.reward_breakdown, door.db_check.db_match) == (0.0, {"DB": 0.0}, False)  # plate
 
 
 def test_unknown_domain_names_the_known_ones_and_the_modules(garage):
@@ -169,9 +170,37 @@ def test_tasks_that_cannot_be_graded_are_named(tmp_path, monkeypatch):
     assert tau2_domain.problems([module], [domain], ["test"]) == []  # the bad tasks are not in it
 
 
-def test_solo_mode_is_the_domain_s_to_allow(garage):
+def test_a_domain_whose_own_code_or_data_fails_is_one_sentence(tmp_path, monkeypatch):
+    """A task file that does not parse, a task whose initial state does not load, a module that raises after
+    registering (asked for again): each a sentence, never a traceback."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    suffix = uuid.uuid4().hex[:8]
+    unparsed = f"unparsed-{suffix}"
+    write_domain(tmp_path, f"unparsed_{suffix}", unparsed, tasks=[{"id": "1", "user_scenario": 3}])
+    [problem] = tau2_domain.problems([f"unparsed_{suffix}"], [unparsed], ["train"])
+    assert problem.startswith(f"tau2 domain '{unparsed}' fails to load its tasks, splits or tools ("), problem
+    no_such_call = {"env_type": "assistant", "func_name": "nope", "arguments": {}}
+    broken_start = {**task("1", [("free_spots", {"level": 0})]),
+                    "initial_state": {"initialization_actions": [no_such_call]}}
+    write_domain(tmp_path, f"start_{suffix}", f"start-{suffix}", tasks=[broken_start],
+                 splits={"train": ["1"]})
+    [problem] = tau2_domain.problems([f"start_{suffix}"], [f"start-{suffix}"], ["train"])
+    assert problem.startswith(f"tau2 domain 'start-{suffix}' task '1': its initial state fails to load ("), \
+        problem
+    half = write_domain(tmp_path, f"half_{suffix}", f"half-{suffix}")
+    half.write_text(half.read_text() + "\nraise RuntimeError('after registering')\n")
+    first = tau2_domain.problems([f"half_{suffix}"], [], [])
+    assert first == [f"domain module 'half_{suffix}' does not import (RuntimeError: after registering)"]
+    assert tau2_domain.problems([f"half_{suffix}"], [], []) == first  # not "registers ... already"
+
+
+def test_solo_mode_is_the_domain_s_to_allow(garage, tmp_path):
     module, domain = garage
     assert tau2_domain.problems([module], [domain, "airline", "telecom"], ["train"], solo_mode=True) == [
         f"tau2 domain '{domain}' does not build in solo mode (ValueError: the garage has no solo mode)",
         "solo mode needs a domain with tickets (telecom, mock or one from a module); airline has none",
     ]
+    write_domain(tmp_path, f"{module}_solo", f"{domain}-solo", solo=True)  # builds; its tasks lack tickets
+    assert tau2_domain.problems([f"{module}_solo"], [f"{domain}-solo"], ["test"], solo_mode=True) == [
+        f"tau2 domain '{domain}-solo' task '3' has no ticket, which solo mode gives the agent instead of a "
+        "user"]

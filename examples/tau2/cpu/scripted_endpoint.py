@@ -47,7 +47,8 @@ Outages of whole episodes, in front of any policy or user simulator above:
   failfirst<N>:<model>  HTTP 503 on every request of the first N episodes to reach this model name,
                         `<model>` for the later ones.
 
-Run: `python -m examples.tau2.cpu.scripted_endpoint --port 8000` (OpenAI base URL: http://127.0.0.1:8000/v1).
+Run: `python -m examples.tau2.cpu.scripted_endpoint --port 8000 [--domain-modules MOD ...]` (OpenAI base URL:
+http://127.0.0.1:8000/v1).
 """
 
 from __future__ import annotations
@@ -518,10 +519,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--domain-modules", nargs="+", default=[], metavar="MOD",
+                        help="modules that register the domains of your own the oracle plays "
+                             "(docs/own_domain.md)")
     args = parser.parse_args()
     from examples.tau2.runtime.logs import setup_runtime
 
     setup_runtime()
+    tau2_domain.load_modules(args.domain_modules)
     web.run_app(ScriptedEndpoint().app(), host=args.host, port=args.port, access_log=None,
                 print=lambda *_: print(f"scripted endpoint on http://{args.host}:{args.port}/v1",
                                        flush=True))

@@ -57,6 +57,8 @@ class DomainModule:
 
 
 _modules: dict[str, DomainModule] = {}
+_refused: dict[str, DomainError] = {}
+"""Modules that failed to load, with why: importing one again would find its partial registrations."""
 _modules_lock = threading.RLock()
 _ALREADY_REGISTERED = re.compile(r"(?:Domain|Tasks) (\S+) already registered")
 
@@ -67,7 +69,17 @@ def load_modules(names: Iterable[str]) -> list[DomainModule]:
     Raises DomainError for a module that does not import, registers no domain with tasks, or registers
     a name that is taken (a built-in domain's, or another module's)."""
     with _modules_lock:
-        return [_modules.get(name) or _load(name) for name in names]
+        return [_modules.get(name) or _load_once(name) for name in names]
+
+
+def _load_once(name: str) -> DomainModule:
+    if name in _refused:
+        raise _refused[name]
+    try:
+        return _load(name)
+    except DomainError as e:
+        _refused[name] = e
+        raise
 
 
 def _load(name: str) -> DomainModule:
@@ -86,8 +98,7 @@ def _load(name: str) -> DomainModule:
                          "tau2 or a module imported earlier")
             raise DomainError(f"domain module {name!r} registers {taken.group(1)!r}, which {owner} registers "
                               "already; give its domain another name") from None
-        last = traceback.format_exception_only(e)[-1].strip()
-        raise DomainError(f"domain module {name!r} does not import ({last})") from None
+        raise DomainError(f"domain module {name!r} does not import ({_last_line(e)})") from None
     new = (set(registry.get_domains()) | set(registry.get_task_sets())) - before
     if not new and was_imported:  # imported before it was named here: its registrations by origin
         new = {d for d in registry.get_domains() if _defined_in(registry.get_env_constructor(d), name)}
@@ -144,6 +155,11 @@ def _cached(domain: str) -> bool:
     return tau2_cache.is_enabled() and is_builtin(domain)
 
 
+def grading(domain: str) -> str:
+    """How the domain's episodes are graded, in a few words (the dry run's plan says it)."""
+    return "through the evaluator cache" if _cached(domain) else "by stock tau2"
+
+
 def _tasks_by_id(domain: str) -> dict[str, Task]:
     if _cached(domain):
         return tau2_cache.domain_cache(domain).tasks()
@@ -198,8 +214,7 @@ def solo_problem(domain: str) -> str:
     try:
         registry.get_env_constructor(domain)(solo_mode=True)
     except Exception as e:
-        last = traceback.format_exception_only(e)[-1].strip()
-        return f"tau2 domain {domain!r} does not build in solo mode ({last})"
+        return f"tau2 domain {domain!r} does not build in solo mode ({_last_line(e)})"
     return ""
 
 
@@ -232,16 +247,20 @@ def _stock_tools(domain: str) -> tau2_cache.ToolSet:
     return tau2_cache.ToolSet.of(make_environment(domain))
 
 
-def task_problems(domain: str, ids: Iterable[str]) -> list[str]:
+def task_problems(domain: str, ids: Iterable[str], solo_mode: bool = False) -> list[str]:
     """Tasks a run cannot grade, one sentence each: no evaluation criteria, a ground-truth action that names
     a tool the domain does not have (for its requestor: the agent's tools or the user's), or one that fails
     when the task's ground truth is replayed from its start, as tau2's grader replays it (tau2 only logs
-    that, and its gold state then lacks the change: a do-nothing agent could pass)."""
+    that, and its gold state then lacks the change: a do-nothing agent could pass); in solo mode, a task
+    without the ticket the agent works from."""
     toolset = tools(domain)
     names = {"assistant": {t.name for t in toolset.agent}, "user": {t.name for t in toolset.user}}
     problems = []
     for task_id in ids:
         task = get_task(domain, task_id)
+        if solo_mode and not task.ticket:
+            problems.append(f"tau2 domain {domain!r} task {task_id!r} has no ticket, which solo mode gives "
+                            "the agent instead of a user")
         if task.evaluation_criteria is None:
             problems.append(f"tau2 domain {domain!r} task {task_id!r} has no evaluation criteria, so every "
                             "episode would score 1.0; give it actions, communicate_info or assertions")
@@ -250,26 +269,36 @@ def task_problems(domain: str, ids: Iterable[str]) -> list[str]:
         unknown = [a for a in actions if a.name not in names.get(a.requestor, set())]
         problems += [f"tau2 domain {domain!r} task {task_id!r}: action {a.action_id!r} calls {a.name!r}, "
                      f"which is not a tool of the {a.requestor} there" for a in unknown]
-        if actions and not unknown and (failed := _failing_gold_action(domain, task)):
-            problems.append(f"tau2 domain {domain!r} task {task_id!r}: action {failed}")
+        if actions and not unknown and (failed := _failing_gold_action(domain, task_id)):
+            problems.append(f"tau2 domain {domain!r} task {task_id!r}: {failed}")
     return problems
 
 
-def _failing_gold_action(domain: str, task: Task) -> str:
-    """'' when every ground-truth action of `task` runs on a fresh environment in the task's start state;
-    else the first that does not, with its error (tau2's `EnvironmentEvaluator` replays them so)."""
+@functools.cache
+def _failing_gold_action(domain: str, task_id: str) -> str:
+    """'' when every ground-truth action of the task runs on a fresh environment in the task's start
+    state; else what fails first, with its error (tau2's `EnvironmentEvaluator` replays them so). Once per
+    process: the entry points check a run's domains more than once."""
+    task = get_task(domain, task_id)
     start = task.initial_state
-    env = make_environment(domain)
-    env.set_state(initialization_data=start.initialization_data if start else None,
-                  initialization_actions=start.initialization_actions if start else None,
-                  message_history=(start.message_history or []) if start else [])
+    try:
+        env = make_environment(domain)
+        env.set_state(initialization_data=start.initialization_data if start else None,
+                      initialization_actions=start.initialization_actions if start else None,
+                      message_history=(start.message_history or []) if start else [])
+    except Exception as e:
+        return f"its initial state fails to load ({_last_line(e)})"
     for action in task.evaluation_criteria.actions or []:
         try:
             env.make_tool_call(tool_name=action.name, requestor=action.requestor, **action.arguments)
         except Exception as e:
-            return (f"{action.action_id!r} ({action.name}) fails when the ground truth is replayed "
-                    f"({traceback.format_exception_only(e)[-1].strip()})")
+            return f"action {action.action_id!r} ({action.name}) fails when the ground truth is replayed " \
+                   f"({_last_line(e)})"
     return ""
+
+
+def _last_line(error: BaseException) -> str:
+    return traceback.format_exception_only(error)[-1].strip()
 
 
 def problems(modules: Sequence[str], domains: Iterable[str], split_names: Iterable[str | None],
@@ -286,17 +315,25 @@ def problems(modules: Sequence[str], domains: Iterable[str], split_names: Iterab
     for domain in dict.fromkeys(domains):
         try:
             check_domain(domain, modules)
-            available = splits(domain)
         except DomainError as e:
             found.append(str(e))
             continue
-        found += [f"tau2 domain {domain!r} has no split {s!r} (available: {', '.join(sorted(available))})"
-                  for s in chosen if s not in available]
-        if solo_mode and (problem := solo_problem(domain)):
-            found.append(problem)
-        if not is_builtin(domain):
-            ids = dict.fromkeys(t for s in chosen if s in available for t in available[s])
-            found += task_problems(domain, ids)
+        try:
+            found += _domain_problems(domain, chosen, solo_mode)
+        except Exception as e:  # the domain's own code or data fails (a task file that does not parse...)
+            found.append(f"tau2 domain {domain!r} fails to load its tasks, splits or tools ({_last_line(e)})")
+    return found
+
+
+def _domain_problems(domain: str, chosen: list[str], solo_mode: bool) -> list[str]:
+    available = splits(domain)
+    found = [f"tau2 domain {domain!r} has no split {s!r} (available: {', '.join(sorted(available))})"
+             for s in chosen if s not in available]
+    solo = solo_problem(domain) if solo_mode else ""
+    found += [solo] if solo else []
+    if not is_builtin(domain):
+        ids = dict.fromkeys(t for s in chosen if s in available for t in available[s])
+        found += task_problems(domain, ids, solo_mode=solo_mode and not solo)
     return found
 
 

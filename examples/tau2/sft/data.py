@@ -257,7 +257,11 @@ def episode_modes(episode: Episode, default: PromptModes) -> PromptModes:
     `default` (the command line)."""
     names = episode.agent_view.get("tool_names")
     if names is not None:
-        return PromptModes(solo_mode=names[-1:] == ["done"],  # solo mode's closing tool, always last
+        from examples.tau2.episode.domain import SOLO_DOMAINS, is_builtin
+
+        # solo mode's closing tool, always last; a built-in domain without tickets has no solo mode
+        solo_domain = episode.domain in SOLO_DOMAINS or not is_builtin(episode.domain)
+        return PromptModes(solo_mode=solo_domain and names[-1:] == ["done"],
                            think_tool=THINK_TOOL in names)
     if episode.settings:
         return PromptModes(solo_mode=bool(episode.settings.get("solo_mode")),

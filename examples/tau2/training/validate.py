@@ -204,7 +204,8 @@ def check_user_simulator(econfig: Tau2TrainEnvConfig, scheduler: str | None,
     return _endpoint_problems(
         "user simulator", "user_base_url", econfig.user_base_url, econfig.user_api_key_env, "user_model",
         econfig.user_model, scheduler, "start one (tau2_rl.sh user-server start), point "
-        "econfig.user_base_url at one, or set econfig.solo_mode=true (telecom, mock)", timeout_s)
+        "econfig.user_base_url at one, or set econfig.solo_mode=true (a domain with tickets: telecom, "
+        "mock)", timeout_s)
 
 
 def judged_domains(econfig: Tau2TrainEnvConfig) -> list[str]:
@@ -282,7 +283,8 @@ def container_paths(config: Tau2PPOConfig) -> dict[str, str]:
     if config.actor.path and Path(config.actor.path).is_dir():
         paths["actor.path"] = config.actor.path
     for module in run_domain_modules(config.econfig):
-        paths[f"domain module {module.name}'s folder"] = str(module.root)
+        if module.root.name not in ("site-packages", "dist-packages"):  # an installed one: the image's
+            paths[f"domain module {module.name}'s folder"] = str(module.root)
     return paths
 
 
@@ -303,16 +305,21 @@ def check_domain_modules_importable(config: Tau2PPOConfig) -> list[str]:
     from examples.tau2.slurm.checks import role_specs
 
     errors = []
-    for role, spec in role_specs(config).items():
-        if spec.container_type == "none":
-            continue
-        pythonpath = (spec.env_vars or {}).get("PYTHONPATH") or str(Path.cwd())
-        entries = {Path(p).resolve() for p in pythonpath.split(":") if p}
-        where = f"{role}.scheduling_spec[0].env_vars.PYTHONPATH={pythonpath}"
-        errors += [f"domain module {m.name} is imported from {m.root}, which is not on the {role} "
-                   f"containers' PYTHONPATH ({where}); add it there (tau2_rl.sh slurm adds your PYTHONPATH "
-                   "when TAU2_IMAGE is set)"
-                   for m in run_domain_modules(config.econfig) if m.root not in entries]
+    specs = role_specs(config)
+    role, spec = ("rollout", specs["rollout"]) if "rollout" in specs else ("actor", specs["actor"])
+    if spec.container_type == "none":
+        return []  # the rollout workers run the episodes; natively they get the controller's sys.path
+    pythonpath = (spec.env_vars or {}).get("PYTHONPATH") or str(Path.cwd())
+    entries = {Path(p).resolve() for p in pythonpath.split(":") if p}
+    where = f"{role}.scheduling_spec[0].env_vars.PYTHONPATH={pythonpath}"
+    for m in run_domain_modules(config.econfig):
+        if m.root.name in ("site-packages", "dist-packages"):
+            errors.append(f"domain module {m.name} is installed in {m.root}, which the rollout containers "
+                          "do not see; install it in the image too")
+        elif m.root not in entries:
+            errors.append(f"domain module {m.name} is imported from {m.root}, which is not on the rollout "
+                          f"containers' PYTHONPATH ({where}); add it there (tau2_rl.sh slurm adds your "
+                          "PYTHONPATH when TAU2_IMAGE is set)")
     return errors
 
 
@@ -621,8 +628,8 @@ def describe_domain(domain: str, econfig: Tau2TrainEnvConfig) -> str:
     """Where a domain comes from and how it is graded, its splits, and how many of the run's tasks tau2
     grades with an LLM judge."""
     module = next((m for m in run_domain_modules(econfig) if domain in m.domains), None)
-    origin = (f"module {module.name} ({module.root}), graded by stock tau2" if module is not None
-              else "built-in, graded through the evaluator cache")
+    origin = f"module {module.name} ({module.root})" if module is not None else "built-in"
+    origin += f", graded {tau2_domain.grading(domain)}"
     available = tau2_domain.splits(domain)
     splits = ", ".join(f"{name} {len(ids)}" for name, ids in available.items())
     ids = {t for s in (econfig.train_split, econfig.valid_split) if s in available for t in available[s]}
