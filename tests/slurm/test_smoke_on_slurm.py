@@ -60,6 +60,8 @@ LIBRARY = ("econfig.domain=library", "econfig.domain_modules=[library_desk]", "e
 
 
 def own_domain_env() -> dict[str, str]:
+    """This process's environment as it is now (the local SLURM's SLURM_CONF included), with the example
+    domain's folder on PYTHONPATH."""
     return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(OWN_DOMAIN), os.environ.get(
         "PYTHONPATH", "")) if p)}
 
@@ -97,10 +99,9 @@ def test_scancel_of_the_rollout_job_stops_the_run_and_the_rerun_resumes_on_two_n
     maintenance): the trainer's job (2 CPUs) fills n1, the rollout job runs on n2, and the same command
     resumes at step 2 and passes every check."""
     cmd = smoke_command(tmp_path, "scheduler.type=slurm", SEED, *LIBRARY)
-    env = own_domain_env()
-    with slurm(nodes=1, cpus=4):
+    with slurm(nodes=1, cpus=4):  # sets SLURM_CONF: the run's environment is taken inside
         log = tmp_path / "first.log"
-        first = start(cmd, log, env)
+        first = start(cmd, log, own_domain_env())
         try:
             waited = wait_for(lambda: saved_step_1(tmp_path), first, log, RUN_TIMEOUT_S,
                               "saved state of step 1")
@@ -126,7 +127,7 @@ def test_scancel_of_the_rollout_job_stops_the_run_and_the_rerun_resumes_on_two_n
         finally:
             kill_all(first, tmp_path)
     with slurm(nodes=2, cpus=2, mem_mb=12288):
-        summary, _ = resume_and_pass(cmd, tmp_path, env)
+        summary, _ = resume_and_pass(cmd, tmp_path, own_domain_env())
     dumped = {json.loads(p.read_text())["domain"] for p in (tmp_path / "tau2_dumps").rglob("*.json")}
     assert dumped == {"library"}, dumped
     placement = " | ".join(summary["placement"])
