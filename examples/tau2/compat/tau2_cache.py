@@ -406,13 +406,13 @@ class ToolSet:
 
 
 @dataclass(frozen=True)
-class _InitialState:
+class InitialState:
     data: InitializationData | None
     actions: list[EnvFunctionCall] | None
     history: list[Message]
 
     @classmethod
-    def of(cls, task: Task) -> _InitialState:
+    def of(cls, task: Task) -> InitialState:
         s = task.initial_state
         if s is None:
             return cls(None, None, [])
@@ -569,7 +569,7 @@ class DomainCache:
 
     def _build_gold(self, task: Task) -> GoldState:
         # tau2's EnvironmentEvaluator.calculate_reward, "Setting up gold environment".
-        init = _InitialState.of(task)
+        init = InitialState.of(task)
         env = self.environment(solo_mode=False)
         env.set_state(initialization_data=init.data, initialization_actions=init.actions,
                       message_history=init.history)
@@ -594,7 +594,7 @@ class DomainCache:
                 db_check=DBCheck(db_match=True, db_reward=1.0),
                 info={"note": "No expected actions or env assertions"},
             )
-        init = _InitialState.of(task)
+        init = InitialState.of(task)
         predicted = self.environment(solo_mode=solo_mode)
         # The release's own replay: raises if a replayed result differs from the recorded one.
         predicted.set_state(initialization_data=init.data, initialization_actions=init.actions,
@@ -737,7 +737,8 @@ def evaluate_all(simulation: SimulationRun, task: Task, domain: str, solo_mode: 
 
 
 __all__ = [
-    "CacheStats", "DataFingerprint", "DbSnapshot", "DomainCache", "ForkTable", "GoldState", "TableDiff",
+    "CacheStats", "DataFingerprint", "DbSnapshot", "DomainCache", "ForkTable", "GoldState", "InitialState",
+    "TableDiff",
     "ToolSet",
     "MIRRORED_RELEASES", "cache_supported", "clear", "domain_cache", "domain_data_dir", "enabled",
     "evaluate_all", "is_enabled", "is_fork",

@@ -55,6 +55,11 @@ class DomainModule:
     root: Path
     """The `sys.path` entry it was imported from: where every worker must find it."""
 
+    @property
+    def installed(self) -> bool:
+        """Whether it was installed as a package (a container image must hold it) rather than a folder."""
+        return self.root.name in ("site-packages", "dist-packages")
+
 
 _modules: dict[str, DomainModule] = {}
 _refused: dict[str, DomainError] = {}
@@ -280,12 +285,11 @@ def _failing_gold_action(domain: str, task_id: str) -> str:
     state; else what fails first, with its error (tau2's `EnvironmentEvaluator` replays them so). Once per
     process: the entry points check a run's domains more than once."""
     task = get_task(domain, task_id)
-    start = task.initial_state
     try:
+        start = tau2_cache.InitialState.of(task)  # as the cache's gold state starts
         env = make_environment(domain)
-        env.set_state(initialization_data=start.initialization_data if start else None,
-                      initialization_actions=start.initialization_actions if start else None,
-                      message_history=(start.message_history or []) if start else [])
+        env.set_state(initialization_data=start.data, initialization_actions=start.actions,
+                      message_history=start.history)
     except Exception as e:
         return f"its initial state fails to load ({_last_line(e)})"
     for action in task.evaluation_criteria.actions or []:

@@ -283,7 +283,7 @@ def container_paths(config: Tau2PPOConfig) -> dict[str, str]:
     if config.actor.path and Path(config.actor.path).is_dir():
         paths["actor.path"] = config.actor.path
     for module in run_domain_modules(config.econfig):
-        if module.root.name not in ("site-packages", "dist-packages"):  # an installed one: the image's
+        if not module.installed:  # an installed one must be in the image
             paths[f"domain module {module.name}'s folder"] = str(module.root)
     return paths
 
@@ -313,7 +313,7 @@ def check_domain_modules_importable(config: Tau2PPOConfig) -> list[str]:
     entries = {Path(p).resolve() for p in pythonpath.split(":") if p}
     where = f"{role}.scheduling_spec[0].env_vars.PYTHONPATH={pythonpath}"
     for m in run_domain_modules(config.econfig):
-        if m.root.name in ("site-packages", "dist-packages"):
+        if m.installed:
             errors.append(f"domain module {m.name} is installed in {m.root}, which the rollout containers "
                           "do not see; install it in the image too")
         elif m.root not in entries:
