@@ -33,7 +33,7 @@ from areal.infra.rpc.rtensor import RTensor
 
 from examples.tau2.cpu.scripted_endpoint import EndpointThread
 from examples.tau2.cpu.scripted_sglang import TASK, ScriptedSGLang, rollout_config, rollout_controller
-from examples.tau2.runtime.logs import setup_runtime
+from examples.tau2.runtime.process import setup_runtime
 from examples.tau2.tau2_train import WORKFLOW
 from examples.tau2.training.served_prompt import AREAL_RENDERING, SERVING_ENGINE_ENV
 from examples.tau2.training.trainer import Tau2SGLangEngine

@@ -128,7 +128,7 @@ def main() -> None:
     from transformers import AutoTokenizer, Qwen3ForCausalLM
 
     from examples.tau2.cpu.tiny_model import TinyModelRecipe, ensure_tiny_model, tokenizer_dir
-    from examples.tau2.runtime.logs import setup_runtime
+    from examples.tau2.runtime.process import setup_runtime
 
     setup_runtime()
     torch.set_num_threads(1)

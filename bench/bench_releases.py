@@ -37,8 +37,8 @@ def _cpu_s() -> float:
 def _tasks(domain: str, n: int) -> list[str]:
     """The first `n` test tasks; for retail, the first `n` that tau2 1.0.1 judges with an LLM (read from
     the committed cross-grading table, so both releases play the same ids)."""
+    from examples.tau2.compat import regraded
     from examples.tau2.episode import domain as tau2_domain
-    from examples.tau2.releases import regraded
 
     ids = tau2_domain.task_ids(domain, "test")
     if domain == "retail":
@@ -92,7 +92,7 @@ def main() -> int:
     parser.add_argument("--child", choices=VARIANTS, help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    from examples.tau2.runtime.logs import setup_runtime
+    from examples.tau2.runtime.process import setup_runtime
 
     setup_runtime("ERROR")
     if args.child:

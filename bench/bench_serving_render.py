@@ -16,8 +16,8 @@ import statistics
 import time
 
 from examples.tau2.compat.serving_render import ServingEngine
-from examples.tau2.runtime.logs import setup_runtime
-from examples.tau2.training.parity import InProcessProxy, default_tokenizer_dir, record_cases
+from examples.tau2.diagnostics.parity import InProcessProxy, default_tokenizer_dir, record_cases
+from examples.tau2.runtime.process import setup_runtime
 
 RENDERINGS: dict[str, ServingEngine | None] = {"areal (own)": None, "sglang": ServingEngine.SGLANG,
                                                "vllm": ServingEngine.VLLM}

@@ -3,7 +3,7 @@
 Three trainer layouts, each AReaL's own actor in this process (float32, one CPU process):
   fsdp-one-seq   FSDP, one row per micro-batch (the embedded default before archon)
   archon-packed  archon, rows packed side by side (block-diagonal causal mask)
-  archon-tree    archon, rows packed into a prefix trie (compat/archon_tree_cpu.py)
+  archon-tree    archon, rows packed into a prefix trie (cpu/archon_tree_cpu.py)
 on two kinds of rows: batches recorded from a real smoke run (`TAU2_RECORD_BATCHES=DIR bash
 examples/tau2/tau2_rl.sh smoke`), and synthetic airline-shaped GRPO groups rendered with the real Qwen3
 chat template, τ²'s airline policy and tools. For each: tokens the trainer computes per step, seconds
@@ -30,7 +30,7 @@ import torch  # noqa: E402
 from areal.utils import stats_tracker  # noqa: E402
 from transformers import AutoTokenizer  # noqa: E402
 
-from examples.tau2.cpu.standalone_actor import (  # noqa: E402
+from bench.standalone_actor import (  # noqa: E402
     Layout,
     Row,
     airline_rows,

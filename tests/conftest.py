@@ -29,7 +29,7 @@ from xdist.scheduler import LoadGroupScheduling
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 # Each pytest process (every xdist worker: not inherited from the controller) keeps its own record of the
-# training runs alive (runtime/live_runs.py), which the runs it starts inherit: the suite's two groups of
+# training runs alive (lifecycle/live_runs.py), which the runs it starts inherit: the suite's two groups of
 # AReaL runs use different seeds, and a pre-flight check on another worker must not see them.
 LIVE_RUNS_DIR = tempfile.mkdtemp(prefix="tau2-live-runs-")
 os.environ["TAU2_LIVE_RUNS_DIR"] = LIVE_RUNS_DIR
@@ -39,12 +39,12 @@ os.environ["TAU2_LIVE_RUNS_DIR"] = LIVE_RUNS_DIR
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
-from examples.tau2.runtime.logs import setup_runtime  # noqa: E402
+from examples.tau2.runtime.process import setup_runtime  # noqa: E402
 
 setup_runtime()  # as every entry point does before importing tau2: its import-time DEBUG lines stay quiet
 
+from bench.standalone_actor import DISTRIBUTED_ENV  # noqa: E402
 from examples.tau2.cpu.scripted_endpoint import EndpointThread  # noqa: E402
-from examples.tau2.cpu.standalone_actor import DISTRIBUTED_ENV  # noqa: E402
 from examples.tau2.tau2_agent import Tau2AgentWorkflow  # noqa: E402
 from examples.tau2.tau2_utils import EpisodeResult  # noqa: E402
 
@@ -52,7 +52,7 @@ AREAL_PROCESS_MODULES = {
     "tests.cpu.test_smoke_faults": "areal-processes",     # whole smoke runs: trainer, proxy servers, vLLM
     "tests.test_tau2_train": "areal-processes",           # the training entry's workers
     "tests.test_proxy_integration": "areal-processes",    # AReaL's proxy rollout servers
-    "tests.training.test_recover": "areal-processes",     # a trainer whose server dies, the reaper
+    "tests.lifecycle.test_recover": "areal-processes",     # a trainer whose server dies, the reaper
     "tests.sft.test_train": "areal-processes",            # AReaL's SFT trainer under torchrun
     "tests.slurm.test_smoke_on_slurm": "areal-slurm",     # smoke runs through SLURM, with their own seed
 }

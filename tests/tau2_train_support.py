@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from examples.tau2.training.config import LoadedConfig, load_config
+from examples.tau2.settings.config import LoadedConfig, load_config
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "examples" / "tau2" / "config.yaml"

@@ -23,7 +23,7 @@ COLLECTION = [
     "tests/test_proxy_integration.py::test_d",
     "tests/test_tau2_agent.py::test_e[a@b]",
     "tests/test_tau2_train.py::test_f",
-    "tests/training/test_recover.py::test_g",
+    "tests/lifecycle/test_recover.py::test_g",
 ]
 
 

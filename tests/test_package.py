@@ -21,8 +21,8 @@ import pytest
 import examples.tau2
 
 REPO = Path(__file__).resolve().parents[1]
-VLLM_VENV_ONLY = {"examples.tau2.compat.vllm_cpu_worker"}
-"""Imports vLLM at module level: checked in the vLLM venv (tests/compat/test_vllm_cpu_server.py)."""
+VLLM_VENV_ONLY = {"examples.tau2.cpu.vllm_cpu_worker"}
+"""Imports vLLM at module level: checked in the vLLM venv (tests/cpu/test_vllm_cpu_server.py)."""
 
 SNAPSHOT = r'''
 import json, logging, os, sys, threading, warnings

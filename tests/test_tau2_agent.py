@@ -13,9 +13,9 @@ import pytest
 
 from examples.tau2 import tau2_agent
 from examples.tau2.episode import domain as tau2_domain
+from examples.tau2.episode.group import score_group
 from examples.tau2.tau2_agent import Tau2AgentWorkflow
 from examples.tau2.tau2_utils import EpisodeRejected, EpisodeResult, RejectReason, Termination
-from examples.tau2.training.group import score_group
 from tests.conftest import make_workflow, run_one
 
 TELECOM_TASK = "[mobile_data_issue]user_abroad_roaming_enabled_off[PERSONA:None]"

@@ -7,7 +7,7 @@ release of tau2, AReaL or vLLM.
 Importing the package changes one thing, and only when the user has not set it: litellm, which
 tau2 imports, fetches a remote model-cost map at import and retries for ~10 s without network, so
 `LITELLM_LOCAL_MODEL_COST_MAP` defaults to its bundled copy. That must precede tau2's own import of
-litellm, so it cannot wait for `runtime.logs.setup_runtime()`, which does everything else.
+litellm, so it cannot wait for `runtime.process.setup_runtime()`, which does everything else.
 """
 
 import os

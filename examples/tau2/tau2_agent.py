@@ -6,7 +6,7 @@ hand their request to the event loop (`_LoopBridge`), where it goes out through 
 AReaL passes (so AReaL's proxy records the policy's tokens) or through the user endpoint's client.
 The event loop never blocks on tau2; threads only wait on those futures. tau2's evaluator scores
 every finished episode; infrastructure failures raise `EpisodeRejected`, which drops that episode
-only: its GRPO group is scored on the others (`group_rules`, `training/group.py`).
+only: its GRPO group is scored on the others (`group_rules`, `episode/group.py`).
 
 Reading order: the workflow (AReaL's entry point), then one episode in three steps (`_build_episode`,
 `_run_episode`, `_score_episode`), then the tau2 classes whose LLM call is replaced.
@@ -48,7 +48,7 @@ from tau2.utils.utils import get_now
 from examples.tau2.compat import tau2_judge
 from examples.tau2.compat.tau2_release import installed_release
 from examples.tau2.episode import domain as tau2_domain
-from examples.tau2.episode.dump import write_episode_dump
+from examples.tau2.episode.group import GroupRules
 from examples.tau2.episode.llm import (
     ChatEndpoint,
     ContextExceeded,
@@ -57,7 +57,7 @@ from examples.tau2.episode.llm import (
     to_openai_messages,
 )
 from examples.tau2.runtime.files import fingerprint
-from examples.tau2.runtime.logs import setup_runtime
+from examples.tau2.runtime.process import setup_runtime
 from examples.tau2.tau2_utils import (
     EpisodeRejected,
     EpisodeResult,
@@ -69,7 +69,6 @@ from examples.tau2.tau2_utils import (
     logger,
     shape_reward,
 )
-from examples.tau2.training.group import GroupRules
 
 T = TypeVar("T")
 
@@ -190,7 +189,9 @@ class Tau2AgentWorkflow:
             logger.error("tau2 episode %s/%s crashed:\n%s", ref.domain, ref.task_id,
                          traceback.format_exc())
             raise EpisodeRejected(RejectReason.INTERNAL, f"{type(e).__name__}: {e}") from e
-        if cfg.dump_dir:
+        if cfg.dump_dir:  # the episode's record for people (episode/dump.py)
+            from examples.tau2.episode.dump import write_episode_dump
+
             try:
                 result.dump_path = str(write_episode_dump(cfg.dump_dir, result))
             except Exception as e:  # a dump is a record of the episode, never a reason to lose it

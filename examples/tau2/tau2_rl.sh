@@ -104,7 +104,7 @@ PY
 }
 
 # The proxy's admin key reaches the controller through the environment, never its command line (`ps`):
-# TAU2_ADMIN_KEY if set, else a fresh one (training/config.py reads it).
+# TAU2_ADMIN_KEY if set, else a fresh one (settings/config.py reads it).
 export_admin_key() {
   if [[ -z "${TAU2_ADMIN_KEY:-}" ]]; then
     TAU2_ADMIN_KEY="$("$1" -c 'import secrets; print(secrets.token_hex(16))')"
@@ -171,7 +171,7 @@ cmd_slurm() {
   # shellcheck disable=SC2086 # TAU2_CONTROLLER_SBATCH holds several sbatch options
   job="$(cd "$repo" && sbatch --parsable --job-name=tau2-controller --output="$log" \
     ${TAU2_CONTROLLER_SBATCH:---cpus-per-task=4 --mem=32G} \
-    --wrap "exec $(printf '%q' "$py") -m examples.tau2.training.controller_job $(printf '%q' "$argfile")")" ||
+    --wrap "exec $(printf '%q' "$py") -m examples.tau2.slurm.controller_job $(printf '%q' "$argfile")")" ||
     die "slurm --submit: sbatch refused the controller's job"
   echo "tau2_rl.sh: the controller runs as SLURM job ${job%%;*}; its log: $log"
   echo "tau2_rl.sh: follow it with: tail -f $log   stop it (and every job of the run) with: scancel ${job%%;*}"
@@ -414,10 +414,10 @@ cmd_compare() { # aggregate eval dirs (mean ± sd over runs) or compare two (pai
   in_caller_dir "$py" -m examples.tau2.eval.compare "$@"
 }
 
-cmd_parity() { # the prompt the trainer learns from vs the serving engine's own (examples/tau2/training/parity.py)
+cmd_parity() { # the prompt the trainer learns from vs the serving engine's own (examples/tau2/diagnostics/parity.py)
   local py
   py="$(python_bin)"
-  in_caller_dir "$py" -m examples.tau2.training.parity "$@"
+  in_caller_dir "$py" -m examples.tau2.diagnostics.parity "$@"
 }
 
 if (($# == 0)); then

@@ -18,11 +18,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from examples.tau2.curriculum import sampler as tau2_curriculum
-from examples.tau2.runtime.logs import setup_runtime
-from examples.tau2.runtime.process import exit_after, exit_on_sigterm, stop_descendants
-from examples.tau2.tau2_utils import RewardBaseline, Tau2EnvConfig
-from examples.tau2.training.config import (
+from examples.tau2.runtime.process import exit_after, exit_on_sigterm, setup_runtime, stop_descendants
+from examples.tau2.settings import addons
+from examples.tau2.settings.config import (
     DERIVED_EPISODE_FIELDS,
     ConfigError,
     LoadedConfig,
@@ -30,6 +28,7 @@ from examples.tau2.training.config import (
     load_config,
     pop_dry_run,
 )
+from examples.tau2.tau2_utils import RewardBaseline, Tau2EnvConfig
 
 logger = logging.getLogger("tau2_areal.train")
 
@@ -48,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tau2_train: {e}", file=sys.stderr)
         return 2
     setup_runtime(loaded.config.econfig.tau2_log_level)  # before tau2 is imported: it logs at import
-    from examples.tau2.training.validate import build_plan, check_run_domains, format_plan, validate
+    from examples.tau2.lifecycle.validate import build_plan, check_run_domains, format_plan, validate
 
     domain_problems = check_run_domains(loaded.config.econfig)
     if domain_problems:
@@ -60,10 +59,10 @@ def main(argv: list[str] | None = None) -> int:
     if dry_run:
         print(report)
         return 1 if errors else 0
-    if loaded.config.scheduler.type == "slurm" and not dry_run:
-        from examples.tau2.slurm.queue import unreachable
-
-        errors += [problem for problem in [unreachable()] if problem]
+    unavailable = [why for addon in addons.enabled(loaded.config)
+                   if (why := addon.unavailable(loaded.config))]
+    if unavailable:
+        errors += unavailable
         report = format_plan(build_plan(loaded), errors)
     if errors:
         print(report, file=sys.stderr)
@@ -74,10 +73,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run(loaded)
     finally:  # AReaL stops its workers on a normal exit; this covers a run that failed half-way
-        from examples.tau2.training.recover import cancel_slurm_jobs
+        from examples.tau2.lifecycle.reaper import cancel_jobs
 
         stop_descendants(logger)
-        cancel_slurm_jobs(loaded.config, logger)
+        cancel_jobs(loaded.config, logger)
     return 0
 
 
@@ -85,10 +84,11 @@ def run(loaded: LoadedConfig) -> None:
     """Train: `Tau2PPOTrainer` (AReaL's `PPOTrainer` with the project's changes, `training/trainer.py`)
     starts the servers, trainer ranks and proxies, and stops them on exit.
 
-    A rerun of a killed run resumes from its saved state (`training.recover.prepare_resume`)."""
-    from examples.tau2.runtime import live_runs
-    from examples.tau2.training.recover import prepare_resume, reaper_running
-    from examples.tau2.training.tracking import apply_tracking_env
+    A rerun of a killed run resumes from its saved state (`lifecycle.recover.prepare_resume`)."""
+    from examples.tau2.lifecycle import live_runs
+    from examples.tau2.lifecycle.reaper import reaper_running
+    from examples.tau2.lifecycle.recover import prepare_resume
+    from examples.tau2.lifecycle.tracking import apply_tracking_env
     from examples.tau2.training.trainer import Tau2PPOTrainer
 
     config, train, valid = prepare(loaded)
@@ -107,8 +107,8 @@ def prepare(loaded: LoadedConfig):
     """
     from areal.api.cli_args import load_expr_config
 
-    from examples.tau2.training import dataset as tau2_dataset
-    from examples.tau2.training.validate import shared_paths
+    from examples.tau2.lifecycle.validate import shared_paths
+    from examples.tau2.settings import dataset as tau2_dataset
 
     for name, path in shared_paths(loaded.config).items():
         Path(path).mkdir(parents=True, exist_ok=True)
@@ -128,8 +128,8 @@ def train_call(config: Tau2PPOConfig, with_validation: bool) -> dict[str, Any]:
     """The arguments of `PPOTrainer.train`: import strings, so that the workers can rebuild them."""
     train_kwargs, eval_kwargs = workflow_kwargs(config)
     workflow = WORKFLOW
-    if config.curriculum.enabled:  # the same episodes, plus one outcome line each for the curriculum
-        workflow, train_kwargs = tau2_curriculum.train_workflow(config, train_kwargs)
+    for addon in addons.enabled(config):  # e.g. the curriculum's: the same episodes, recording outcomes
+        workflow, train_kwargs = addon.train_workflow(config, workflow, train_kwargs)
     return {
         "workflow": workflow,
         "workflow_kwargs": train_kwargs,

@@ -113,7 +113,7 @@ class RejectReason(enum.StrEnum):
 
 class EpisodeRejected(RuntimeError):
     """Raised out of `Tau2AgentWorkflow.run` so that the episode is not trained and records no reward.
-    Its GRPO group trains on its other episodes (`training/group.py`), or is dropped below 2."""
+    Its GRPO group trains on its other episodes (`episode/group.py`), or is dropped below 2."""
 
     def __init__(self, reason: RejectReason, detail: str):
         super().__init__(f"tau2 episode rejected ({reason.value}): {detail}")
@@ -194,10 +194,10 @@ class Tau2EnvConfig:
 
     reward_baseline: RewardBaseline = RewardBaseline.none
     """What an episode trains on: "none", its reward; "group_mean", its reward minus the mean of its
-    GRPO group's finished episodes (`training/group.py`: within-task comparisons only). Evaluation never
+    GRPO group's finished episodes (`episode/group.py`: within-task comparisons only). Evaluation never
     centers."""
     drop_uniform_groups: bool = True
-    """Drop GRPO groups whose finished episodes all train on the same reward (`training/group.py`).
+    """Drop GRPO groups whose finished episodes all train on the same reward (`episode/group.py`).
     Evaluation keeps every group."""
 
     episode_timeout_s: float = 1800.0

@@ -36,7 +36,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from examples.tau2.runtime.logs import setup_runtime
+from examples.tau2.runtime.process import setup_runtime
 
 setup_runtime()  # before tau2 is imported, as every entry point does
 

@@ -96,7 +96,7 @@ def test_a_busy_user_simulator_port_is_a_config_problem(tmp_path, vllm_env):
 
 
 def test_a_live_smoke_run_of_the_same_seed_is_a_config_problem(tmp_path, vllm_env, monkeypatch):
-    from examples.tau2.runtime import live_runs
+    from examples.tau2.lifecycle import live_runs
 
     monkeypatch.setenv(live_runs.LIVE_RUNS_DIR_ENV, str(tmp_path / "live-runs"))
     first = _load(tmp_path / "first")

@@ -2,7 +2,7 @@
 gone for a while, then the vLLM server dying under the trainer. It runs AReaL's whole loop; see TRAINING.md
 "When things fail" for what it measured. `kill -9` of the controller and the rerun that resumes, then
 passes every check of a smoke run, run through SLURM (tests/slurm/test_smoke_on_slurm.py); the local
-scheduler's reaper has its own test (tests/training/test_recover.py).
+scheduler's reaper has its own test (tests/lifecycle/test_recover.py).
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def test_user_simulator_outage_then_vllm_server_death(tmp_path):
         assert stats.get("rollout/tau2/rejected/user_endpoint", 0) > 0, sorted(stats)
 
         server = next(p for p in psutil.Process(run.pid).children(recursive=True)
-                      if "examples.tau2.compat.vllm_cpu_server" in " ".join(cmdline(p)))
+                      if "examples.tau2.cpu.vllm_cpu_server" in " ".join(cmdline(p)))
         server_tree = [server, *server.children(recursive=True)]
         for p in server_tree:
             p.kill()

@@ -19,26 +19,22 @@ from areal.utils.dynamic_import import import_from_string
 from areal.utils.recover import RecoverInfo
 
 from examples.tau2.cpu.curriculum_run import RunConfig, drive, task_skills
+from examples.tau2.curriculum.addon import CURRICULUM_WORKFLOW, check_curriculum
 from examples.tau2.curriculum.sampler import (
-    BUCKETS,
-    CURRICULUM_WORKFLOW,
-    BucketWeights,
-    CurriculumConfig,
     CurriculumSampler,
     Outcome,
     OutcomeReader,
     SolveRates,
     append_outcome,
-    check_curriculum,
     curriculum_dataloader,
-    outcomes_dir,
     row_probabilities,
     weighted_sample,
 )
 from examples.tau2.curriculum.sampler import logger as curriculum_logger
 from examples.tau2.curriculum.workflow import CurriculumAgentWorkflow
+from examples.tau2.settings import dataset as tau2_dataset
+from examples.tau2.settings.config import BUCKETS, BucketWeights, CurriculumConfig, curriculum_outcomes_dir
 from examples.tau2.tau2_train import WORKFLOW, main, train_call
-from examples.tau2.training import dataset as tau2_dataset
 from examples.tau2.training.trainer import Tau2PPOTrainer
 from tests.tau2_train_support import CONFIG, clean_overrides, load
 
@@ -275,8 +271,8 @@ def test_the_trainer_replaces_only_the_training_sampler(airline_rows, tmp_path):
     valid = trainer._create_dataloader(tau2_dataset.to_dataset(airline_rows[:5]), config.valid_dataset, 0, 1)
     assert isinstance(train.sampler, CurriculumSampler) and len(train) == 3
     assert type(valid.sampler).__name__ == "EvalDistributedSampler"
-    assert train.sampler.reader.directory == Path(outcomes_dir(config)) == tmp_path / "tau2_curriculum" / \
-        config.experiment_name / config.trial_name
+    assert train.sampler.reader.directory == Path(curriculum_outcomes_dir(config)) == \
+        tmp_path / "tau2_curriculum" / config.experiment_name / config.trial_name
     assert train.sampler.reader.directory.is_dir()
     with pytest.raises(RuntimeError, match="data-parallel"):
         trainer._create_dataloader(tau2_dataset.to_dataset(airline_rows), config.train_dataset, 0, 2)

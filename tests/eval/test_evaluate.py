@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from examples.tau2.compat import regraded
 from examples.tau2.eval import evaluate as tau2_eval
 from examples.tau2.eval.evaluate import (
     OPERATIONAL_FIELDS,
@@ -31,7 +32,6 @@ from examples.tau2.eval.evaluate import (
     plan_from_args,
 )
 from examples.tau2.eval.metrics import pass_at_k, pass_hat_k
-from examples.tau2.releases import regraded
 from examples.tau2.tau2_utils import Tau2EnvConfig
 
 REPO = Path(__file__).resolve().parents[2]

@@ -11,11 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from examples.tau2.compat import tau2_cache, tau2_judge
+from examples.tau2.compat import regraded, tau2_cache, tau2_judge
 from examples.tau2.compat.tau2_release import installed_release
 from examples.tau2.cpu.scripted_endpoint import judge_reply
 from examples.tau2.episode import domain as tau2_domain
-from examples.tau2.releases import regraded
 from examples.tau2.tau2_utils import EpisodeRejected, RejectReason
 from tests.compat import stock_references
 from tests.compat.equivalence import (
@@ -168,8 +167,8 @@ def test_tasks_without_nl_assertions_never_reach_a_judge(endpoint):
 
 
 def test_validation_asks_for_a_judge_where_a_chosen_task_needs_one(endpoint, closed_port):
-    from examples.tau2.training.config import Tau2TrainEnvConfig
-    from examples.tau2.training.validate import check_judge, judged_domains
+    from examples.tau2.lifecycle.validate import check_judge, judged_domains
+    from examples.tau2.settings.config import Tau2TrainEnvConfig
 
     retail = Tau2TrainEnvConfig(domain="retail")
     assert judged_domains(retail) == ["retail"] and judged_domains(Tau2TrainEnvConfig(domain="airline")) == []

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from examples.tau2.compat import regraded
 from examples.tau2.episode import domain as tau2_domain
-from examples.tau2.releases import regraded
 from examples.tau2.releases.cross_grade import Side, cross_grade_domain, release_sides
 from tests.releases.upstream_support import needs_upstream_archive
 

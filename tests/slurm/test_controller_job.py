@@ -1,4 +1,4 @@
-"""`tau2_rl.sh slurm --submit`: the controller as a SLURM job of its own (training/controller_job.py), its
+"""`tau2_rl.sh slurm --submit`: the controller as a SLURM job of its own (slurm/controller_job.py), its
 arguments (with the admin key) on no command line, its log where the script says."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from examples.tau2.slurm import queue
-from examples.tau2.training.controller_job import read_args
+from examples.tau2.slurm.controller_job import read_args
 from tests.slurm.support import REPO, slurm, wait_until
 
 SCRIPT = REPO / "examples" / "tau2" / "tau2_rl.sh"
@@ -40,7 +40,7 @@ def test_submit_runs_the_controller_as_a_job_and_says_where_its_log_is(tmp_path)
         log = Path(re.search(r"its log: (\S+)", done.stdout).group(1))
         assert log.parent == tmp_path and f"scancel {job}" in done.stdout
         script = queue.run("scontrol", "write", "batch_script", str(job), "-")
-        assert "examples.tau2.training.controller_job" in script and "s3cret-admin-key" not in script
+        assert "examples.tau2.slurm.controller_job" in script and "s3cret-admin-key" not in script
         wait_until(lambda: not queue.query_jobs([job])[job].active, 120, "the controller's job to end")
         assert queue.query_jobs([job])[job].state == "FAILED"  # the controller's exit status, 1
         out = log.read_text()

@@ -23,11 +23,11 @@ from areal.infra.scheduler.exceptions import WorkerCreationError, WorkerFailedEr
 from areal.infra.scheduler.slurm import SlurmScheduler
 
 from examples.tau2.cpu.smoke_config import load_smoke_config
+from examples.tau2.lifecycle.reaper import cancel_jobs
+from examples.tau2.lifecycle.watchdog import WorkerJobEnded
 from examples.tau2.slurm import queue
 from examples.tau2.slurm.registry import JobRegistry, job_name_prefix
 from examples.tau2.slurm.scheduler import Tau2SlurmScheduler, _ForkInterpreter, worker_interpreter
-from examples.tau2.training.recover import cancel_slurm_jobs
-from examples.tau2.training.watchdog import WorkerJobEnded
 from tests.slurm.support import REPO, STAND_IN_LOG_ENV, install_stand_in, slurm, wait_until
 from tests.tau2_train_support import trainer_without_areal_init
 
@@ -272,7 +272,7 @@ from areal.api import Job
 from areal.api.cli_args import SchedulingStrategy
 from examples.tau2.cpu.smoke_config import load_smoke_config
 from examples.tau2.slurm.scheduler import Tau2SlurmScheduler
-from examples.tau2.training.recover import reaper_running
+from examples.tau2.lifecycle.reaper import reaper_running
 root = sys.argv[1]
 config, _, _ = load_smoke_config([f"cluster.fileroot={root}",
                                   f"cluster.name_resolve.nfs_record_root={root}/nr",
@@ -316,10 +316,10 @@ def test_a_rerun_cancels_the_jobs_left_by_an_earlier_controller(cluster, tmp_pat
     name = job_name_prefix(config.experiment_name, config.trial_name) + "rollout"
     left = int(cluster.run("sbatch", "--parsable", "-J", name, "-o", "/dev/null", "--begin=now+1hour",
                            "--wrap", "sleep 600").strip())  # pending until an hour from now
-    cancelled = cancel_slurm_jobs(config)
+    cancelled = cancel_jobs(config)
     assert len(cancelled) == 1 and f"SLURM job {left} ({name}) is PENDING" in cancelled[0]
     assert queue.query_jobs([left])[left].state == "CANCELLED"
-    assert cancel_slurm_jobs(load(tmp_path, "scheduler.type=local")) == []
+    assert cancel_jobs(load(tmp_path, "scheduler.type=local")) == []
 
 
 # ---------------------------------------------------------------------------------------------

@@ -40,7 +40,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 PROJECT_CLASSES = (
     "examples.tau2.training.trainer.Tau2PPOTrainer",
-    "examples.tau2.training.trainer.AtomicRecoverHandler",
+    "examples.tau2.lifecycle.recover.AtomicRecoverHandler",
     "examples.tau2.training.trainer.Tau2InfEngine",
     "examples.tau2.training.trainer.Tau2SGLangEngine",
     "examples.tau2.training.trainer.Tau2vLLMEngine",
@@ -55,8 +55,8 @@ PROJECT_CLASSES = (
     "examples.tau2.cpu.sft_trainer.CpuSFTTrainer",
     "examples.tau2.cpu.sft_trainer.OneSequencePerMicroBatchLMEngine",
     "examples.tau2.cpu.sft_trainer.SftStatsLogger",
-    "examples.tau2.compat.archon_tree_cpu.CpuArchonPPOActor",
-    "examples.tau2.compat.archon_tree_cpu.DenseTreeRunner",
+    "examples.tau2.cpu.archon_tree_cpu.CpuArchonPPOActor",
+    "examples.tau2.cpu.archon_tree_cpu.DenseTreeRunner",
 )
 """Every project class that subclasses an AReaL class (the test below finds any other in the package)."""
 
@@ -119,7 +119,7 @@ def test_every_project_subclass_of_an_areal_class_is_checked_above():
         module = importlib.import_module(module_info.name)
         for value in vars(module).values():
             if (inspect.isclass(value) and value.__module__ == module.__name__
-                    and not dataclasses.is_dataclass(value)  # config schemas: training/config.py
+                    and not dataclasses.is_dataclass(value)  # config schemas: settings/config.py
                     and any(b.__module__.startswith("areal.") for b in value.__mro__[1:])):
                 found.add(f"{value.__module__}.{value.__qualname__}")
     mixins_with_their_engine = {"examples.tau2.training.trainer.Tau2RolloutEngine",

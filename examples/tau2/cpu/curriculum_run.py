@@ -22,7 +22,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from examples.tau2.curriculum.sampler import BucketWeights, CurriculumConfig, Draw, curriculum_dataloader
+from examples.tau2.curriculum.sampler import Draw, curriculum_dataloader
+from examples.tau2.settings.config import BucketWeights, CurriculumConfig
 
 SKILLS = ("easy", "medium", "hard")
 
@@ -82,7 +83,7 @@ async def drive(run: RunConfig, endpoint_url: str, outcomes: Path) -> list[StepR
 
     from examples.tau2.curriculum.workflow import CurriculumAgentWorkflow
     from examples.tau2.episode import domain as tau2_domain
-    from examples.tau2.training import dataset as tau2_dataset
+    from examples.tau2.settings import dataset as tau2_dataset
 
     tau2_domain.load_modules(run.domain_modules)
     rows = tau2_dataset.split_rows(run.domain, run.split)
@@ -122,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=2)
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
-    from examples.tau2.runtime.logs import setup_runtime
+    from examples.tau2.runtime.process import setup_runtime
 
     setup_runtime("ERROR")  # before tau2 is imported: it logs at import
     logging.basicConfig(level=logging.WARNING, format="%(message)s")

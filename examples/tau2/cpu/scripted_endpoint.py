@@ -523,7 +523,7 @@ def main() -> None:
                         help="modules that register the domains of your own the oracle plays "
                              "(docs/own_domain.md)")
     args = parser.parse_args()
-    from examples.tau2.runtime.logs import setup_runtime
+    from examples.tau2.runtime.process import setup_runtime
 
     setup_runtime()
     tau2_domain.load_modules(args.domain_modules)

@@ -41,8 +41,13 @@ from examples.tau2.cpu.smoke_config import (
 from examples.tau2.cpu.tiny_model import TinyModelRecipe, ensure_tiny_model, load_info
 from examples.tau2.runtime.charts import new_figure, save_png
 from examples.tau2.runtime.files import latest_saved_model
-from examples.tau2.runtime.logs import console_logging, setup_runtime
-from examples.tau2.runtime.process import exit_after, exit_on_sigterm, stop_descendants
+from examples.tau2.runtime.process import (
+    console_logging,
+    exit_after,
+    exit_on_sigterm,
+    setup_runtime,
+    stop_descendants,
+)
 from examples.tau2.slurm.queue import unreachable
 
 logger = logging.getLogger("tau2_areal.smoke")
@@ -274,12 +279,13 @@ def run(config_file: Path, overrides: list[str], config: Tau2SmokeConfig) -> Smo
 
     from examples.tau2.cpu.scripted_endpoint import EndpointThread
     from examples.tau2.cpu.trainer import STATS_FILE, CpuPPOTrainer
-    from examples.tau2.runtime import live_runs
+    from examples.tau2.lifecycle import live_runs
+    from examples.tau2.lifecycle.reaper import reaper_running
+    from examples.tau2.lifecycle.recover import prepare_resume
+    from examples.tau2.lifecycle.validate import shared_paths
+    from examples.tau2.settings import dataset as tau2_dataset
     from examples.tau2.slurm.scheduler import describe_jobs
     from examples.tau2.tau2_train import train_call
-    from examples.tau2.training import dataset as tau2_dataset
-    from examples.tau2.training.recover import prepare_resume, reaper_running
-    from examples.tau2.training.validate import shared_paths
 
     timings: dict[str, float] = {}
     start = time.perf_counter()
@@ -347,9 +353,9 @@ def log_progress() -> None:
     from examples.tau2 import tau2_utils
     from examples.tau2.cpu import tiny_model
     from examples.tau2.cpu import trainer as cpu_trainer
-    from examples.tau2.training import recover as tau2_recover
+    from examples.tau2.lifecycle import recover as tau2_recover
+    from examples.tau2.lifecycle import watchdog
     from examples.tau2.training import trainer as tau2_trainer
-    from examples.tau2.training import watchdog
 
     console_logging(logger, tau2_utils.logger, tiny_model.logger, cpu_trainer.logger, tau2_recover.logger,
                     tau2_trainer.logger, watchdog.logger, logging.getLogger("tau2_areal.slurm"))
@@ -367,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     setup_runtime(config.econfig.tau2_log_level)
     log_progress()
-    from examples.tau2.training.validate import check_run_domains
+    from examples.tau2.lifecycle.validate import check_run_domains
 
     if domain_problems := check_run_domains(config.econfig):
         for e in domain_problems:
@@ -383,10 +389,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = run(config_file, overrides, config)
     finally:  # AReaL stops its workers on a normal exit; this covers a run that failed half-way
-        from examples.tau2.training.recover import cancel_slurm_jobs
+        from examples.tau2.lifecycle.reaper import cancel_jobs
 
         stop_descendants(logger)
-        cancel_slurm_jobs(config, logger)
+        cancel_jobs(config, logger)
     print(format_result(result, config.smoke.logprob_ratio_tolerance), flush=True)
     return 0 if result.ok else 1
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from examples.tau2.cpu.tiny_model import TinyModelRecipe
-from examples.tau2.training.config import ConfigError, Tau2PPOConfig, compose_config, split_config_argv
+from examples.tau2.settings.config import ConfigError, Tau2PPOConfig, compose_config, split_config_argv
 
 MAIN_CONFIG = Path(__file__).resolve().parents[1] / "config.yaml"
 SMOKE_VARIANT = "+configs=smoke_cpu"
@@ -75,10 +75,10 @@ def user_endpoint_port(url: str) -> int:
 def check_config(config: Tau2SmokeConfig) -> list[str]:
     """Every problem with a smoke config, one sentence each; nothing is started."""
     from examples.tau2.cpu.trainer import vllm_python
-    from examples.tau2.runtime.live_runs import seed_collision
-    from examples.tau2.training import dataset as tau2_dataset
-    from examples.tau2.training.recover import check_recover
-    from examples.tau2.training.validate import check_paths, check_run_domains, check_training
+    from examples.tau2.lifecycle.live_runs import seed_collision
+    from examples.tau2.lifecycle.recover import check_recover
+    from examples.tau2.lifecycle.validate import check_paths, check_run_domains, check_training
+    from examples.tau2.settings import dataset as tau2_dataset
 
     errors = list(config.econfig.validate())
     if not config.rollout.backend.startswith("vllm:"):

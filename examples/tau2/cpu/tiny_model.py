@@ -493,7 +493,7 @@ def main() -> None:
     parser.add_argument("--cache-dir", default="")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    from examples.tau2.runtime.logs import setup_runtime
+    from examples.tau2.runtime.process import setup_runtime
 
     setup_runtime()
     recipe = TinyModelRecipe(warmup_steps=args.warmup_steps, warmup_domain=args.warmup_domain,

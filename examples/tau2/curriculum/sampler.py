@@ -44,117 +44,19 @@ import random
 import socket
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from areal.utils import stats_tracker
 from torch.utils.data import Sampler
 
+from examples.tau2.settings.config import BUCKETS, CurriculumConfig
+
 logger = logging.getLogger("tau2_areal.curriculum")
 
-BUCKETS = ("new", "unsolved", "partial", "solved", "retired")
 OUTCOME_FILE_PREFIX = "outcomes-"
 STATS_PREFIX = "curriculum"
-
-
-@dataclass
-class BucketWeights:
-    """Sampling weight of one row of a task in each bucket (relative; 0 = never sampled)."""
-
-    new: float = 1.0
-    unsolved: float = 0.5
-    partial: float = 2.0
-    solved: float = 0.5
-    retired: float = 0.0
-
-    def as_dict(self) -> dict[str, float]:
-        return {name: float(getattr(self, name)) for name in BUCKETS}
-
-
-@dataclass
-class CurriculumConfig:
-    """The `curriculum` section of the training config (`Tau2PPOConfig.curriculum`)."""
-
-    enabled: bool = False
-    """Sample training tasks by their solve rate; off: AReaL's shuffled sampler, every task once per epoch."""
-    window: int = 16
-    """Recent episodes per task that its solve rate is computed over."""
-    min_attempts: int = 4
-    """Episodes a task needs before it leaves the `new` bucket (at most `window`)."""
-    success_threshold: float = 1.0
-    """An episode is solved when its exact tau2 reward is at least this (0 < threshold <= 1)."""
-    retire_after: int = 16
-    """Retire a task once this many of its latest episodes in a row were solved (at most `window`;
-    0: never retire)."""
-    weights: BucketWeights = field(default_factory=BucketWeights)
-    """Sampling weight of each row of a task, by the task's bucket (relative; 0: never sampled)."""
-    unsolved_floor: float = 0.1
-    """Least probability mass of a batch on unsolved tasks while there are any (0 <= floor < 1)."""
-    outcomes_dir: str = ""
-    """Where the workers append episode outcomes and the controller reads them (shared storage); empty:
-    `<cluster.fileroot>/tau2_curriculum/<experiment>/<trial>`."""
-
-    def validate(self) -> list[str]:
-        """Problems with the settings themselves (none are checked while disabled)."""
-        if not self.enabled:
-            return []
-        errors = []
-        if self.window < 1:
-            errors.append(f"curriculum.window must be at least 1, got {self.window}")
-        if not 1 <= self.min_attempts <= max(self.window, 1):
-            errors.append(f"curriculum.min_attempts must be between 1 and curriculum.window={self.window}, "
-                          f"got {self.min_attempts}")
-        if not 0 <= self.retire_after <= max(self.window, 0):
-            errors.append(f"curriculum.retire_after must be between 0 (never) and curriculum.window="
-                          f"{self.window}, got {self.retire_after}")
-        if not 0 < self.success_threshold <= 1:
-            errors.append(f"curriculum.success_threshold must be in (0, 1], got {self.success_threshold}")
-        if not 0 <= self.unsolved_floor < 1:
-            errors.append(f"curriculum.unsolved_floor must be in [0, 1), got {self.unsolved_floor}")
-        weights = self.weights.as_dict()
-        negative = [f"{k}={v:g}" for k, v in weights.items() if v < 0 or not math.isfinite(v)]
-        if negative:
-            errors.append(f"curriculum.weights must be finite and non-negative, got {', '.join(negative)}")
-        elif weights["new"] <= 0:
-            errors.append("curriculum.weights.new must be positive: every task starts new, so nothing could "
-                          "be sampled")
-        return errors
-
-    def describe(self, outcomes_dir: str) -> str:
-        """One line for the `--dry-run` plan."""
-        if not self.enabled:
-            return "off (every task once per epoch, shuffled)"
-        weights = " / ".join(f"{k} {v:g}" for k, v in self.weights.as_dict().items())
-        retire = f"retire after {self.retire_after} solved in a row" if self.retire_after else "never retire"
-        return (f"solve rates over the last {self.window} episodes (new below {self.min_attempts}; solved: "
-                f"tau2 reward >= {self.success_threshold:g}); weights {weights}; {retire}; unsolved floor "
-                f"{self.unsolved_floor:g}; outcomes in {outcomes_dir}")
-
-
-def outcomes_dir(config: Any) -> str:
-    """The run's outcome directory (`config`: a Tau2PPOConfig)."""
-    return config.curriculum.outcomes_dir or os.path.join(
-        config.cluster.fileroot, "tau2_curriculum", config.experiment_name, config.trial_name)
-
-
-def check_curriculum(config: Any) -> list[str]:
-    """Pre-flight checks of the `curriculum` section (`config`: a Tau2PPOConfig), one sentence each."""
-    curriculum: CurriculumConfig = config.curriculum
-    errors = curriculum.validate()
-    if not curriculum.enabled:
-        return errors
-    path = Path(outcomes_dir(config)).absolute()
-    probe = path
-    while not probe.exists() and probe.parent != probe:
-        probe = probe.parent
-    if not (probe.is_dir() and os.access(probe, os.W_OK | os.X_OK)):
-        errors.append(f"curriculum outcomes directory {path} cannot be created ({probe} is not a writable "
-                      "directory)")
-    if config.train_dataset.num_workers:
-        errors.append("curriculum needs train_dataset.num_workers=0 (its sampler reads outcomes and draws "
-                      "each batch in the controller process)")
-    return errors
 
 
 # ---------------------------------------------------------------------------------------------
@@ -469,11 +371,3 @@ def curriculum_dataloader(dataset: Any, curriculum: CurriculumConfig, *, batch_s
 
 def _rows(batch: list[Any]) -> list[Any]:
     return batch
-
-
-def train_workflow(config: Any, kwargs: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """The training workflow (import string) and its kwargs when the curriculum is on."""
-    return CURRICULUM_WORKFLOW, {**kwargs, "curriculum_outcomes_dir": outcomes_dir(config)}
-
-
-CURRICULUM_WORKFLOW = "examples.tau2.curriculum.workflow.CurriculumAgentWorkflow"

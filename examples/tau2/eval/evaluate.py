@@ -46,7 +46,7 @@ from typing import Any
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from examples.tau2.compat import installed_version
+from examples.tau2.compat import installed_version, regraded
 from examples.tau2.compat.tau2_release import ignored_data_dir, installed_release
 from examples.tau2.eval import leaderboard, tau2_results
 from examples.tau2.eval.metrics import (
@@ -60,11 +60,10 @@ from examples.tau2.eval.metrics import (
     format_markdown,
     is_success,
 )
-from examples.tau2.releases import regraded
 from examples.tau2.runtime.charts import new_figure, save_png
 from examples.tau2.runtime.endpoints import endpoint_problems
 from examples.tau2.runtime.files import dump_json, write_atomic
-from examples.tau2.runtime.logs import setup_runtime
+from examples.tau2.runtime.process import setup_runtime
 from examples.tau2.tau2_utils import (
     EpisodeRejected,
     EpisodeResult,
@@ -213,7 +212,7 @@ def load_econfig(path: Path, overrides: list[str] | None = None) -> dict[str, An
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    from examples.tau2.training.config import DERIVED_EPISODE_FIELDS, ConfigError, compose_raw
+    from examples.tau2.settings.config import DERIVED_EPISODE_FIELDS, ConfigError, compose_raw
 
     if not path.is_file():
         raise ValueError(f"config file {path} does not exist")

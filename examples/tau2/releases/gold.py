@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from examples.tau2.runtime.logs import setup_runtime
+from examples.tau2.runtime.process import setup_runtime
 
 Gold = dict[str, Any]
 """{"calls": [{"requestor", "name", "arguments"}], "say": [facts]} for one task."""

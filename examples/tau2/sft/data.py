@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from examples.tau2.runtime.files import fingerprint, write_atomic
-from examples.tau2.runtime.logs import setup_runtime
+from examples.tau2.runtime.process import setup_runtime
 
 logger = logging.getLogger("tau2_areal.sft_data")
 

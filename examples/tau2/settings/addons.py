@@ -1,0 +1,82 @@
+"""The core's one extension point: the add-ons that a run's config turns on.
+
+The core (the episode, the group, the served prompt, the training entry, the trainer layer, the config
+and its checks) imports no add-on; `lint-imports` holds it to that (the contracts in pyproject.toml).
+A config that names an add-on (`scheduler.type=slurm`, `curriculum.enabled=true`) gets it here, by
+its import string, and the core asks it, at the few points where an add-on changes a run, for what
+it provides: its pre-flight problems, its services' state, its plan lines, its scheduler, its training
+dataloader and workflow, and the cancelling of its jobs. An add-on writes only the hooks it needs.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+
+class Unreachable(RuntimeError):
+    """An add-on's outside service (e.g. SLURM) did not answer; the message says which and why."""
+
+
+class Addon:
+    """What an add-on gives a run; each default gives nothing (`config`: a `Tau2PPOConfig`)."""
+
+    name = ""
+
+    def problems(self, config: Any) -> list[str]:
+        """The run's problems in this add-on's part, one sentence each (pre-flight and `--dry-run`)."""
+        return []
+
+    def unavailable(self, config: Any) -> str:
+        """'' when the services this add-on needs answer now; else why not, in one sentence. Asked just
+        before a run starts (not by `--dry-run`, which plans a run for elsewhere)."""
+        return ""
+
+    def plan(self, config: Any) -> list[str]:
+        """Lines of the `--dry-run` plan, shown under the add-on's name."""
+        return []
+
+    def scheduler(self, config: Any) -> Any:
+        """The scheduler AReaL's trainer runs its workers with (None: AReaL's own)."""
+        return None
+
+    def train_dataloader(self, dataset: Any, config: Any, *, batch_size: int, drop_last: bool) -> Any:
+        """The training dataloader (None: AReaL's)."""
+        return None
+
+    def train_workflow(self, config: Any, workflow: str,
+                       kwargs: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        """The training workflow (an import string, rebuilt in the workers) and its kwargs."""
+        return workflow, kwargs
+
+    def cancel_jobs(self, fileroot: str, experiment: str, trial: str) -> list[Any]:
+        """Cancel every job this add-on started for the trial; each has `.job_id` and `.describe()`.
+        Raises `Unreachable` when the service does not answer."""
+        return []
+
+
+ADDONS: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    "slurm": ("examples.tau2.slurm.addon:SlurmAddon", lambda config: config.scheduler.type == "slurm"),
+    "curriculum": ("examples.tau2.curriculum.addon:CurriculumAddon",
+                   lambda config: config.curriculum.enabled),
+}
+"""Each add-on's name: where it is, and when a config turns it on."""
+SCHEDULER_ADDONS = ("slurm",)
+"""The add-ons that are a `scheduler.type`."""
+
+
+def load(name: str) -> Addon:
+    """The add-on called `name` (a key of `ADDONS`)."""
+    module, attr = ADDONS[name][0].split(":")
+    return getattr(importlib.import_module(module), attr)()
+
+
+def enabled(config: Any) -> list[Addon]:
+    """The add-ons `config` turns on, in `ADDONS`' order."""
+    return [load(name) for name, (_, on) in ADDONS.items() if on(config)]
+
+
+def scheduler_addon(scheduler_type: str) -> Addon | None:
+    """The add-on of a `scheduler.type` (None for AReaL's own schedulers, e.g. `local`)."""
+    return load(scheduler_type) if scheduler_type in SCHEDULER_ADDONS else None

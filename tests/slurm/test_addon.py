@@ -1,0 +1,53 @@
+"""Pre-flight checks of a SLURM run (slurm/addon.py): the container mode's own, and the jobs against the
+nodes `sinfo` reports, in `--dry-run` too."""
+
+from __future__ import annotations
+
+import pytest
+
+from examples.tau2.slurm import addon as checks
+from examples.tau2.slurm import queue
+from examples.tau2.tau2_train import main
+from tests.slurm.support import slurm
+from tests.tau2_train_support import CONFIG, load
+
+CPU_ONLY = ("+configs=slurm_native", "cluster.n_gpus_per_node=0", "actor.scheduling_spec.0.gpu=0",
+            "actor.scheduling_spec.0.cpu=2", "actor.scheduling_spec.0.mem=2", "rollout.backend=sglang:d1",
+            "actor.backend=archon:d1")
+
+
+def test_bind_mounts_and_what_a_container_sees(tmp_path):
+    spec = load("++actor.scheduling_spec.0.mount='/a:/a,/b:/c:ro'").config.actor.scheduling_spec[0]
+    assert [(str(s), str(d)) for s, d in checks.bind_mounts(spec)] == [("/a", "/a"), ("/b", "/c")]
+    assert checks.visible_in_container(spec, tmp_path.parent / "x") is False
+    assert checks.visible_in_container(spec, __import__("pathlib").Path("/a/x/y"))
+    assert not checks.visible_in_container(spec, __import__("pathlib").Path("/b/x"))  # elsewhere inside
+
+
+def test_an_unreachable_slurm_has_no_capacity_to_compare(monkeypatch):
+    monkeypatch.setenv("SLURM_CONF", "/nonexistent/slurm.conf")
+    assert checks.check_capacity(load(*CPU_ONLY).config) == []  # not reachable: nothing to compare
+
+
+@pytest.mark.slow
+def test_dry_run_compares_the_jobs_with_the_nodes(tmp_path, capsys):
+    with slurm(nodes=1, cpus=4, mem_mb=8192):
+        assert queue.unreachable() == ""
+        root = (f"cluster.fileroot={tmp_path}", f"cluster.name_resolve.nfs_record_root={tmp_path}/nr")
+        fits = load(*CPU_ONLY, *root).config
+        assert checks.check_capacity(fits) == []
+        lines = checks.describe_cluster(fits)
+        assert lines[0] == "job: rollout job (1 node(s) x 1 task(s) of 2 CPUs = 2 CPUs, 2048 MB per node)"
+        assert lines[2] == "rollout and actor workers: natively, the controller's interpreter"
+        assert lines[-1] == "SLURM nodes of partition cpu: n1 (4 CPUs, 8192 MB, 0 GPUs, idle)"
+        too_big = load(*CPU_ONLY, *root, "actor.scheduling_spec.0.mem=64").config
+        rollout, actor = checks.check_capacity(too_big)  # one spec, shared
+        assert rollout.startswith("SLURM can never start the rollout job (1 node(s) x 1 task(s) of 2 CPUs")
+        assert actor.startswith("SLURM can never start the actor job")
+        assert "(largest: 4 CPUs, 8192 MB, no GPU (GRES))" in actor
+
+        assert main(["--config", str(CONFIG), *CPU_ONLY, *root, "actor.scheduling_spec.0.mem=64",
+                     "--dry-run"]) == 1
+        out = capsys.readouterr().out
+        assert "  slurm           SLURM nodes of partition cpu: n1 (4 CPUs, 8192 MB, 0 GPUs, idle)" in out
+        assert "  - SLURM can never start the actor job (1 node(s) x 1 task(s) of 2 CPUs" in out
