@@ -1,8 +1,8 @@
 """What rendering as the serving engine does costs AReaL's proxy, side by side with its own rendering.
 
-Policy requests of recorded airline and retail oracle episodes (`training.parity.record_cases`, the largest
+Policy requests of recorded airline and retail oracle episodes (`cpu.parity.record_cases`, the largest
 prompts: ~5,000 tokens of policy and tool schemas) go through AReaL's real proxy app in this process
-(`training.parity.InProcessProxy`: FastAPI validation, `ArealOpenAI`, the chat template, tokenization, a
+(`cpu.parity.InProcessProxy`: FastAPI validation, `ArealOpenAI`, the chat template, tokenization, a
 capturing engine) with each rendering, interleaved round by round so that machine load hits all alike.
 Prints the CPU time per request (median over rounds) and the ratio to AReaL's own rendering.
 
@@ -16,7 +16,7 @@ import statistics
 import time
 
 from examples.tau2.compat.serving_render import ServingEngine
-from examples.tau2.diagnostics.parity import InProcessProxy, default_tokenizer_dir, record_cases
+from examples.tau2.cpu.parity import InProcessProxy, default_tokenizer_dir, record_cases
 from examples.tau2.runtime.process import setup_runtime
 
 RENDERINGS: dict[str, ServingEngine | None] = {"areal (own)": None, "sglang": ServingEngine.SGLANG,

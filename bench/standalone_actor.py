@@ -31,7 +31,7 @@ class Layout(enum.Enum):
     archon_packed = "archon-packed"
     """Archon, rows packed side by side with a block-diagonal causal mask (`attn_type: sdpa`)."""
     archon_tree = "archon-tree"
-    """Archon, rows packed into a prefix trie (`compat.archon_tree_cpu.CpuArchonPPOActor`)."""
+    """Archon, rows packed into a prefix trie (`cpu.archon_tree_cpu.CpuArchonPPOActor`)."""
 
 
 @dataclass(frozen=True)

@@ -13,4 +13,5 @@ if [[ "$(id -u)" == 0 ]]; then
   .venv/bin/python -m examples.tau2.slurm.local_cluster install
 fi
 .venv/bin/ruff check examples tests bench
+.venv/bin/lint-imports  # the layering: pyproject.toml's [tool.importlinter]
 exec .venv/bin/python -m pytest -n 2 --dist loadgroup "$@"

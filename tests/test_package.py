@@ -12,8 +12,10 @@ import json
 import os
 import pkgutil
 import re
+import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -182,12 +184,132 @@ def test_every_file_the_docs_name_or_link_exists():
     assert not missing, "\n".join(missing)
 
 
-def test_the_readme_names_the_core_path_in_at_most_ten_files_that_exist():
-    """README → one episode → its training rows → the PPO step: the numbered list under "Layout"."""
+PACKAGE = REPO / "examples" / "tau2"
+CORE_PATH_MAX_FILES, CORE_PATH_MAX_LINES = 18, 5000
+
+
+def core_path() -> list[str]:
+    """The README's numbered core path: the files each item starts with (before its first ': ')."""
     layout = (REPO / "README.md").read_text().split("## Layout", 1)[1].split("```", 1)[0]
-    files = re.findall(r"^\d+\. `([^`]+)`", layout, re.MULTILINE)
-    assert files[0] == "tau2_agent.py" and "training/trainer.py" in files and len(files) + 1 <= 10, files
-    assert [f for f in files if not (REPO / "examples" / "tau2" / f).is_file()] == []
+    heads = re.findall(r"^\d+\. (.+?): ", layout, re.MULTILINE)
+    return [f for head in heads for f in re.findall(r"`([^`]+)`", head)]
+
+
+def module_file(dotted: str) -> Path | None:
+    path = REPO.joinpath(*dotted.split("."))
+    return next((p for p in (path.with_suffix(".py"), path / "__init__.py") if p.is_file()), None)
+
+
+def module_level_imports(path: Path) -> set[Path]:
+    """The package's files that `path` imports at module level (not under `if TYPE_CHECKING`); a package's
+    `__init__.py` counts when it is imported by name and holds more than a docstring."""
+    package = ".".join(path.relative_to(REPO).with_suffix("").parts[:-1])
+    names: list[str] = []
+
+    def visit(body: list[ast.stmt]) -> None:
+        for node in body:
+            if isinstance(node, ast.Import):
+                names.extend(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    base = ".".join([*package.split(".")[:len(package.split(".")) - node.level + 1], base])
+                names.extend([base, *(f"{base}.{alias.name}" for alias in node.names)])
+            elif isinstance(node, ast.If) and "TYPE_CHECKING" not in ast.unparse(node.test):
+                visit(node.body)
+                visit(node.orelse)
+            elif isinstance(node, ast.Try):
+                visit(node.body)
+                for handler in node.handlers:
+                    visit(handler.body)
+
+    visit(ast.parse(path.read_text()).body)
+    found = {module_file(n) for n in names if n.startswith("examples.tau2")}
+    return {f for f in found if f is not None and not (
+        f.name == "__init__.py" and all(isinstance(n, ast.Expr) for n in ast.parse(f.read_text()).body))}
+
+
+def closure(files: list[Path]) -> set[Path]:
+    seen: set[Path] = set()
+    todo = list(files)
+    while todo:
+        path = todo.pop()
+        if path not in seen and path.suffix == ".py":
+            seen.add(path)
+            todo += module_level_imports(path)
+    return seen
+
+
+def test_the_readme_core_path_is_the_closure_of_its_imports_and_holds_no_add_on():
+    """Step 0 is the walk-through; every file the listed files import at module level is listed; at most
+    18 Python files and 5,000 lines; no add-on (the add-ons are pyproject.toml's forbidden modules)."""
+    listed = core_path()
+    assert listed[:2] == ["docs/episode_to_row.md", "tau2_agent.py"], listed
+    assert [f for f in listed if not (PACKAGE / f).is_file()] == []
+    python = [PACKAGE / f for f in listed if f.endswith(".py")]
+    reached = closure(python)
+    unlisted = sorted(str(f.relative_to(PACKAGE)) for f in reached - set(python))
+    assert unlisted == [], "imported at module level, not in the README's list"
+    lines = sum(len(f.read_text().splitlines()) for f in python)
+    assert len(python) <= CORE_PATH_MAX_FILES and lines <= CORE_PATH_MAX_LINES, (len(python), lines)
+    contracts = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    add_ons = next(c for c in contracts if c["id"] == "core")["forbidden_modules"]
+    folders = {PACKAGE / m.removeprefix("examples.tau2.") for m in add_ons}
+    assert [str(f) for f in python if any(f.is_relative_to(folder) for folder in folders)] == []
+
+
+def test_the_closure_follows_module_level_imports_only():
+    """The closure the test above relies on: module-level imports count, imports in a function or under
+    TYPE_CHECKING do not (they are read where they are used)."""
+    assert module_level_imports(PACKAGE / "tau2_train.py") >= {PACKAGE / "settings" / "config.py"}
+    trainer = module_level_imports(PACKAGE / "training" / "trainer.py")
+    assert PACKAGE / "settings" / "addons.py" in trainer
+    assert PACKAGE / "lifecycle" / "recover.py" not in trainer
+    assert PACKAGE / "slurm" / "addon.py" not in closure([PACKAGE / "tau2_train.py"])
+
+
+def test_the_readme_tree_names_every_module_in_its_room():
+    """Each module of the package (its example domain aside) is named on its folder's lines of the tree."""
+    tree = (REPO / "README.md").read_text().split("examples/tau2/\n", 1)[1].split("```", 1)[0]
+    rooms: dict[str, str] = {}
+    room = ""
+    for line in tree.splitlines():
+        head = re.match(r"^[├└]── (\S+)", line)
+        room = head.group(1) if head else room
+        rooms[room] = rooms.get(room, "") + line
+    missing = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE)
+        if path.name == "__init__.py" or rel.parts[0] == "docs":
+            continue
+        room = f"{rel.parts[0]}/" if len(rel.parts) > 1 else rel.name
+        if room not in rooms or (len(rel.parts) > 1 and path.name not in rooms[room]):
+            missing.append(str(rel))
+    assert missing == []
+
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def lint_imports(root: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([str(Path(sys.executable).with_name("lint-imports")), "--no-cache"], cwd=root,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_the_layers_hold_and_a_planted_import_of_an_add_on_from_the_core_breaks_them(tmp_path):
+    """`lint-imports` keeps both contracts on the tree, and breaks both on a copy whose core imports an
+    add-on, even inside a function."""
+    shutil.copytree(REPO / "examples", tmp_path / "examples", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / "pyproject.toml", tmp_path)
+    kept = lint_imports(tmp_path)
+    assert kept.returncode == 0 and "2 kept, 0 broken" in ANSI.sub("", kept.stdout), kept.stdout
+    llm = tmp_path / "examples" / "tau2" / "episode" / "llm.py"
+    llm.write_text(llm.read_text() + "\n\ndef planted():\n    from examples.tau2.slurm import queue\n\n"
+                   "    return queue\n")
+    broken = lint_imports(tmp_path)
+    out = ANSI.sub("", broken.stdout)
+    assert broken.returncode == 1 and "0 kept, 2 broken" in out, out
+    assert "examples.tau2.episode.llm -> examples.tau2.slurm.queue" in out
 
 
 def test_no_class_is_built_at_run_time():

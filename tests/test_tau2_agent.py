@@ -13,6 +13,7 @@ import pytest
 
 from examples.tau2 import tau2_agent
 from examples.tau2.episode import domain as tau2_domain
+from examples.tau2.episode import dump as episode_dump
 from examples.tau2.episode.group import score_group
 from examples.tau2.tau2_agent import Tau2AgentWorkflow
 from examples.tau2.tau2_utils import EpisodeRejected, EpisodeResult, RejectReason, Termination
@@ -601,7 +602,7 @@ def test_every_way_an_episode_ends_leaves_its_siblings_alone(endpoint, closed_po
     data = {"domain": "airline", "task_id": "7", "seed": 0}
     victim_url = {"rejected": f"http://127.0.0.1:{closed_port}/v1", "no_base_url": "",
                   "dump_failed": endpoint.url, "cancelled": endpoint.url}.get(way, VICTIM_URL)
-    real_run_episode, real_dump = wf.run_episode, tau2_agent.write_episode_dump
+    real_run_episode, real_dump = wf.run_episode, episode_dump.write_episode_dump
 
     async def run_episode(row, *, base_url, **kw):
         if base_url != VICTIM_URL:
@@ -620,7 +621,7 @@ def test_every_way_an_episode_ends_leaves_its_siblings_alone(endpoint, closed_po
         return real_dump(dump_dir, result)
 
     monkeypatch.setattr(wf, "run_episode", run_episode)
-    monkeypatch.setattr(tau2_agent, "write_episode_dump", dump_failing_once)
+    monkeypatch.setattr(episode_dump, "write_episode_dump", dump_failing_once)
 
     async def go() -> tuple[list[object], BaseException | float]:
         async with httpx.AsyncClient() as client:

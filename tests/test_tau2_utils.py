@@ -52,7 +52,7 @@ def test_solo_mode_needs_no_user_endpoint_and_kwargs_round_trip():
 
 
 def test_the_checks_of_derived_fields_are_left_to_their_source():
-    """Training fills these from another setting, whose own checks name it (training.validate)."""
+    """Training fills these from another setting, whose own checks name it (lifecycle.validate)."""
     cfg = Tau2EnvConfig(**OK, max_completion_tokens=0)
     assert cfg.validate() == ["max_completion_tokens must be positive"]
     assert cfg.validate(derived=("max_completion_tokens",)) == []

@@ -414,10 +414,10 @@ cmd_compare() { # aggregate eval dirs (mean ± sd over runs) or compare two (pai
   in_caller_dir "$py" -m examples.tau2.eval.compare "$@"
 }
 
-cmd_parity() { # the prompt the trainer learns from vs the serving engine's own (examples/tau2/diagnostics/parity.py)
+cmd_parity() { # the prompt the trainer learns from vs the serving engine's own (examples/tau2/cpu/parity.py)
   local py
   py="$(python_bin)"
-  in_caller_dir "$py" -m examples.tau2.diagnostics.parity "$@"
+  in_caller_dir "$py" -m examples.tau2.cpu.parity "$@"
 }
 
 if (($# == 0)); then

@@ -3,7 +3,7 @@
     python examples/tau2/tau2_train.py --config examples/tau2/config.yaml [+configs=VARIANT] \
         [key=value ...] [--dry-run]
 
-This process is AReaL's controller: it validates the whole run first (`training.validate`), then lets
+This process is AReaL's controller: it validates the whole run first (`lifecycle.validate`), then lets
 `PPOTrainer` start SGLang servers, trainer ranks and AReaL's OpenAI-compatible proxy, through which
 `Tau2AgentWorkflow` plays each episode. `--dry-run` prints the resolved plan and the problems found,
 and starts nothing. `examples/tau2/tau2_rl.sh` wraps the usual invocations.

@@ -127,7 +127,7 @@ class Tau2EnvConfig:
 
     Travels to AReaL's rollout workers as `workflow_kwargs`, so it holds plain values only. Each field's
     docstring is its documentation: its first sentence is the comment in config.yaml and the row in
-    docs/episode.md (`training.settings_docs` writes both).
+    docs/episode.md (`settings.docs` writes both).
     """
 
     domain_modules: list[str] = field(default_factory=list)
@@ -268,7 +268,7 @@ class Tau2EnvConfig:
         """Build from workflow kwargs and validate: raises ValueError naming unknown keys or every problem.
 
         The dataclass constructor does not validate, so the training entry can build the config from
-        YAML first and then report all problems of the run together (`training.validate`).
+        YAML first and then report all problems of the run together (`lifecycle.validate`).
         """
         names = {f.name for f in dataclasses.fields(Tau2EnvConfig)}
         unknown = sorted(set(kwargs) - names)

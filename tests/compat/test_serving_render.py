@@ -1,6 +1,6 @@
 """The serving engines' template inputs (compat/serving_render.py), step by step.
 
-Token-level agreement with the real engines is tests/diagnostics/test_parity.py's (SGLang's own chat server
+Token-level agreement with the real engines is tests/cpu/test_parity.py's (SGLang's own chat server
 code on recorded tau2 conversations; a live vLLM server's /tokenize).
 """
 

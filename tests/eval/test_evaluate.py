@@ -25,13 +25,13 @@ import pytest
 from examples.tau2.compat import regraded
 from examples.tau2.eval import evaluate as tau2_eval
 from examples.tau2.eval.evaluate import (
-    OPERATIONAL_FIELDS,
     TrialLog,
     build_parser,
     main,
     plan_from_args,
 )
 from examples.tau2.eval.metrics import pass_at_k, pass_hat_k
+from examples.tau2.eval.plan import OPERATIONAL_FIELDS
 from examples.tau2.tau2_utils import Tau2EnvConfig
 
 REPO = Path(__file__).resolve().parents[2]

@@ -89,7 +89,7 @@ ONE_ERROR = [
 
 
 def test_derived_episode_settings_pass_and_a_restatement_is_not_a_problem(clean):
-    """The derived episode settings follow their sources (training.config.DERIVED_EPISODE_FIELDS), so
+    """The derived episode settings follow their sources (settings.config.DERIVED_EPISODE_FIELDS), so
     changing those alone is no problem; setting the derived ones explicitly is one only if they differ."""
     assert errors_for(clean, "gconfig.n_samples=4", "actor.temperature=0.7",
                       "gconfig.max_new_tokens=512") == []

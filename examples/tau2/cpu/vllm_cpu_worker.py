@@ -9,7 +9,7 @@ not rebuild, so it is repacked explicitly.
 
 Selected with `vllm.worker_extension_cls: examples.tau2.cpu.vllm_cpu_worker.CpuReloadWorkerExtension`.
 Runs inside the vLLM venv's engine process (imports vLLM at module level), which
-`compat.vllm_cpu_server` starts after checking the vLLM and AReaL versions this mirrors.
+`cpu.vllm_cpu_server` starts after checking the vLLM and AReaL versions this mirrors.
 """
 
 from __future__ import annotations

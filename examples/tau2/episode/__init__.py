@@ -1,1 +1,1 @@
-"""One τ² episode's parts: the LLM endpoints, the door to τ², dumps."""
+"""One τ² episode's parts (core): the LLM endpoints, the door to τ², its group's rewards, its record."""

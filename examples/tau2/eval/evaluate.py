@@ -39,18 +39,16 @@ import time
 import typing
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from examples.tau2.compat import installed_version, regraded
-from examples.tau2.compat.tau2_release import ignored_data_dir, installed_release
+from examples.tau2.compat import regraded
+from examples.tau2.compat.tau2_release import ignored_data_dir
 from examples.tau2.eval import leaderboard, tau2_results
 from examples.tau2.eval.metrics import (
-    SUCCESS_THRESHOLD,
     BootstrapConfig,
     EvalReport,
     GroupMetrics,
@@ -60,6 +58,7 @@ from examples.tau2.eval.metrics import (
     format_markdown,
     is_success,
 )
+from examples.tau2.eval.plan import EVAL_OWNED_FIELDS, TRAINING_ONLY_FIELDS, EvalPlan
 from examples.tau2.runtime.charts import new_figure, save_png
 from examples.tau2.runtime.endpoints import endpoint_problems
 from examples.tau2.runtime.files import dump_json, write_atomic
@@ -78,19 +77,6 @@ DEFAULT_DOMAINS = ("airline", "retail", "telecom")
 DEFAULT_SPLIT, DEFAULT_TRIALS = "test", 4
 RUN_FILE, TRIALS_FILE = "run.json", "trials.jsonl"
 RESULTS_JSON, RESULTS_MD, CHART = "results.json", "results.md", "pass_hat_k.png"
-
-TRAINING_ONLY_FIELDS = ("reward_baseline", "drop_uniform_groups")
-"""Tau2EnvConfig fields that shape what a training step learns from, never a score: evaluation returns
-raw rewards of single episodes (no flag, not in run.json)."""
-EVAL_OWNED_FIELDS = ("agent_model", "max_concurrent_episodes", "dump_dir", *TRAINING_ONLY_FIELDS)
-"""Tau2EnvConfig fields the evaluation sets itself (--policy-model, --concurrency, <output-dir>/dumps)."""
-OPERATIONAL_FIELDS = (
-    "user_base_url", "user_api_key_env", "judge_base_url", "judge_api_key_env", "episode_timeout_s",
-    "request_timeout_s", "llm_retries", "retry_backoff_s", "max_concurrent_episodes", "dump_dir",
-    "tau2_log_level", "tau2_release",
-)
-"""Fields that change where or how robustly episodes run, not what they score: recorded, not compared."""
-
 
 class SettingsMismatch(ValueError):
     """The output directory holds a run made with other settings."""
@@ -200,12 +186,12 @@ def build_parser() -> argparse.ArgumentParser:
 def load_econfig(path: Path, overrides: list[str] | None = None) -> dict[str, Any]:
     """The episode settings in a training config: the `econfig` keys that are `Tau2EnvConfig` fields.
 
-    The file is composed as training composes it (`training.config.compose_raw`), so `overrides` layer
+    The file is composed as training composes it (`settings.config.compose_raw`), so `overrides` layer
     variants (`+configs=<name>`) and values (`econfig.max_steps=30`) in the same syntax. Interpolations
     are resolved against the whole config; mandatory values left open (`???`) are skipped so that flags
     can fill them. Other `econfig` keys (the training data choice, the reward baseline) do not apply
     here. A derived setting the section leaves unset is taken from where training takes it
-    (`training.config.DERIVED_EPISODE_FIELDS`: `econfig.temperature` from `actor.temperature`...); where
+    (`settings.config.DERIVED_EPISODE_FIELDS`: `econfig.temperature` from `actor.temperature`...); where
     the file does not set that source either, the episode default stays.
     """
     import yaml
@@ -239,72 +225,6 @@ def load_econfig(path: Path, overrides: list[str] | None = None) -> dict[str, An
     if ignored:
         logger.info("%s: econfig keys that are not episode settings, not used: %s", path, ", ".join(ignored))
     return econfig
-
-
-@dataclass
-class EvalPlan:
-    """Everything one evaluation needs, validated."""
-
-    output_dir: Path
-    tasks: dict[str, list[str]]
-    split: str
-    trials: int
-    concurrency: int
-    policy_base_url: str
-    policy_api_key_env: str
-    env: Tau2EnvConfig
-    config_file: str
-    config_overrides: tuple[str, ...] = ()
-    """`--config-override`s composed into `config_file` (recorded in the session; the episode settings
-    they give are in `settings()`)."""
-    bootstrap: BootstrapConfig = dataclasses.field(default_factory=BootstrapConfig)
-    """How results.md's intervals are computed: reporting only, so not in `settings()`."""
-    seed_base: int = 0
-    """Trial t uses seed `seed_base + t`: another base draws other episodes of the same policy."""
-
-    def seed(self, trial: int) -> int:
-        return self.seed_base + trial
-
-    @property
-    def policy_model(self) -> str:
-        return self.env.agent_model
-
-    def settings(self) -> dict[str, Any]:
-        """What makes two runs comparable. Resuming requires these to be equal."""
-        env = self.env.to_kwargs()
-        return {
-            "domains": list(self.tasks),
-            "split": self.split,
-            "tasks": self.tasks,
-            "trials": self.trials,
-            "seeds": "trial index" if not self.seed_base else f"{self.seed_base} + trial index",
-            "success_threshold": SUCCESS_THRESHOLD,
-            "policy_model": self.policy_model,
-            "user_model": self.env.user_model,
-            "episode": {k: v for k, v in env.items()
-                        if k not in OPERATIONAL_FIELDS and k not in ("agent_model", "user_model")
-                        and k not in TRAINING_ONLY_FIELDS},
-            "tau2": installed_release().label,
-            "versions": {"areal": installed_version("areal")},
-        }
-
-    def session(self) -> dict[str, Any]:
-        """Where and how this session ran; recorded, never compared."""
-        env = self.env.to_kwargs()
-        return {
-            "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "policy_base_url": self.policy_base_url,
-            "policy_api_key_env": self.policy_api_key_env,
-            "concurrency": self.concurrency,
-            "config_file": self.config_file,
-            "config_overrides": list(self.config_overrides),
-            "operational": {k: v for k, v in env.items() if k in OPERATIONAL_FIELDS},
-            "python": sys.version.split()[0],
-        }
-
-    def all_trials(self) -> list[tuple[str, str, int]]:
-        """Every (domain, task, trial), trial-major: an interrupted run has covered tasks evenly."""
-        return [(d, t, trial) for trial in range(self.trials) for d, ids in self.tasks.items() for t in ids]
 
 
 class InputProblems(ValueError):

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from examples.tau2.compat.tau2_release import Tau2Release, installed_release
 
 if TYPE_CHECKING:
-    from examples.tau2.eval.evaluate import EvalPlan
+    from examples.tau2.eval.plan import EvalPlan
 
 logger = logging.getLogger("tau2_areal.eval")
 

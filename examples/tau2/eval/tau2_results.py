@@ -28,7 +28,7 @@ from examples.tau2.eval.metrics import TrialRecord, final_trials
 if TYPE_CHECKING:
     from tau2.data_model.simulation import Info, Results, SimulationRun
 
-    from examples.tau2.eval.evaluate import EvalPlan
+    from examples.tau2.eval.plan import EvalPlan
 
 RESULTS_DIR = "tau2_results"
 """Folder of the output directory holding `<domain>_results.json`."""

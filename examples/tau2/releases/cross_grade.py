@@ -11,7 +11,7 @@ needs an LLM judge (NL assertions) are listed apart: this comparison grades ever
     python -m examples.tau2.releases.cross_grade --upstream-source ~/tau2-bench --domains airline
 
 writes `examples/tau2/compat/regraded_tasks.json` (read by training and evaluation, see
-`releases.regraded`) and the page `examples/tau2/docs/regraded_tasks.md` generated from it.
+`compat.regraded`) and the page `examples/tau2/docs/regraded_tasks.md` generated from it.
 """
 
 from __future__ import annotations
@@ -50,6 +50,13 @@ class Side:
         if done.returncode != 0:
             raise RuntimeError(f"{self.name}: `{' '.join(cmd)}` failed ({done.returncode}):\n"
                                f"{done.stderr[-4000:]}")
+
+
+def splits_of(domain: str) -> dict[str, list[str]]:
+    """The installed release's train and test task ids of `domain` (what the table's page counts)."""
+    from examples.tau2.episode import domain as tau2_domain  # after setup_runtime: tau2 logs at import
+
+    return {s: ids for s, ids in tau2_domain.splits(domain).items() if s in regraded.REPORTED_SPLITS}
 
 
 def release_sides(upstream_source: Path = VENDORED_ARCHIVE,
@@ -178,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
         domains: dict[str, Any] = {}
         for domain in args.domains:
             entry, labels = cross_grade_domain(domain, args.split, sides, Path(tmp))
-            domains[domain] = {**entry, "splits": regraded.splits_of(domain)}
+            domains[domain] = {**entry, "splits": splits_of(domain)}
             print(f"{domain}: {len(entry['regraded'])} of {entry['tasks']} tasks regraded "
                   f"({time.monotonic() - start:.0f} s)", flush=True)
     table = {"releases": labels, "split": args.split, "commit": _commit(),

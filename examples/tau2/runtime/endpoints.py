@@ -1,6 +1,6 @@
 """Whether an OpenAI-compatible endpoint can serve a run, asked before the run starts anything: it
 answers, accepts the key, and serves the model when it lists its models. Used for the training's user
-simulator and judge (`training.validate`) and for the evaluation's policy (`eval.evaluate`)."""
+simulator and judge (`lifecycle.validate`) and for the evaluation's policy (`eval.evaluate`)."""
 
 from __future__ import annotations
 

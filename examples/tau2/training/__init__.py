@@ -1,2 +1,2 @@
-"""The training run around the workflow: config and loader, validation and the dry-run plan, allocation,
-datasets, GRPO groups (scored as a whole), train/serve parity, resume and tracking."""
+"""The AReaL layer (core): the trainer, the workflow that scores a GRPO group as one object, and the
+prompt the proxy records as the serving engine renders it."""

@@ -11,7 +11,7 @@ the whole group, and no reward can depend on the episode's siblings. Here an epi
    the session is ended and exported, which frees its recorded turns on the proxy at once. Rejected
    episodes and those of a dropped group are exported too, and return no rows.
 
-`PartialGroupWorkflow` runs phase 1 for the group's episodes, asks `training.group.score_group` for
+`PartialGroupWorkflow` runs phase 1 for the group's episodes, asks `episode.group.score_group` for
 the training rewards (minimum size, baseline, uniform groups), records its stats, and runs phase 2
 for each. An episode that raised anything but a rejection still fails the group, after every other
 episode's session is ended. A group of one (evaluation's default) is `DropRejectedProxyWorkflow`
@@ -127,7 +127,7 @@ class DropRejectedProxyWorkflow(OpenAIProxyWorkflow):
 
 
 class PartialGroupWorkflow(GroupedRolloutWorkflow):
-    """AReaL's group of `group_size` episodes, scored as a whole by `training.group.score_group`."""
+    """AReaL's group of `group_size` episodes, scored as a whole by `episode.group.score_group`."""
 
     workflow: DropRejectedProxyWorkflow
 

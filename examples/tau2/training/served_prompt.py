@@ -16,7 +16,7 @@ a prompt no server shows the policy. `install_proxy_rendering` replaces two ARea
 The serving engine comes from `SERVING_ENGINE_ENV` in the rollout workers' environment (the proxies they
 fork inherit it). With `PARITY_RECORD_ENV` set, every rendered request is appended to
 `<dir>/requests-<pid>.jsonl` with the policy version that served it, so a check can compare it with the
-live server (`training.parity`).
+live server (`cpu.parity`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Train/serve parity: the prompt AReaL's proxy trains on against the serving engine's own, token for token.
 
-    python -m examples.tau2.diagnostics.parity [--engine sglang|vllm|areal] [--vllm-url URL] [--tokenizer DIR]
+    python -m examples.tau2.cpu.parity [--engine sglang|vllm|areal] [--vllm-url URL] [--tokenizer DIR]
         [--domains D ...] [--tasks N] [--output FILE]          (= bash examples/tau2/tau2_rl.sh parity ...)
 
 1. Records real tau2 conversations: the workflow plays `--tasks` tasks of every domain against the
@@ -675,7 +675,7 @@ scripts/install_vllm_cpu.sh), with the tiny Qwen3 model (its tokenizer and chat 
   VLLM_CPU_KVCACHE_SPACE=1 .venv-vllm/bin/python -m examples.tau2.cpu.vllm_cpu_server --model $MODEL \\
       --dtype float32 --enforce-eager --block-size 32 --max-model-len 4096 \\
       --enable-auto-tool-choice --tool-call-parser hermes --host 127.0.0.1 --port 8765 &
-  python -m examples.tau2.diagnostics.parity --engine vllm --vllm-url http://127.0.0.1:8765/v1 \\
+  python -m examples.tau2.cpu.parity --engine vllm --vllm-url http://127.0.0.1:8765/v1 \\
       --vllm-python .venv-vllm/bin/python --tokenizer $MODEL
 
 Known differences: {KNOWN_DIFFERENCES_DOC}.
@@ -683,7 +683,7 @@ Known differences: {KNOWN_DIFFERENCES_DOC}.
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m examples.tau2.diagnostics.parity",
+    parser = argparse.ArgumentParser(prog="python -m examples.tau2.cpu.parity",
                                      description=__doc__.split("\n\n")[0], epilog=HELP_EPILOG,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--engine", choices=[*(e.value for e in ServingEngine), "areal"], default="sglang",

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from examples.tau2.diagnostics import parity
-from examples.tau2.diagnostics.parity import (
+from examples.tau2.cpu import parity
+from examples.tau2.cpu.parity import (
     KNOWN_REPLY_DIFFERENCES,
     REPLY_TEXTS,
     VLLM_HERMES,

@@ -16,7 +16,7 @@ import pytest
 
 from examples.tau2.compat import serving_render
 from examples.tau2.compat.serving_render import ServingEngine, render_prompt_ids
-from examples.tau2.diagnostics.parity import (
+from examples.tau2.cpu.parity import (
     PARITY_DOMAINS,
     REPLY_TEXTS,
     Comparison,
