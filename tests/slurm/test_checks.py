@@ -1,14 +1,16 @@
-"""Pre-flight checks of a SLURM run (slurm/addon.py): the container mode's own, and the jobs against the
+"""Pre-flight checks of a SLURM run (slurm/checks.py): the container mode's own, and the jobs against the
 nodes `sinfo` reports, in `--dry-run` too."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
-from examples.tau2.slurm import addon as checks
-from examples.tau2.slurm import queue
+from examples.tau2.slurm import checks, queue
 from examples.tau2.tau2_train import main
-from tests.slurm.support import slurm
+from tests.slurm.support import REPO, slurm
 from tests.tau2_train_support import CONFIG, load
 
 CPU_ONLY = ("+configs=slurm_native", "cluster.n_gpus_per_node=0", "actor.scheduling_spec.0.gpu=0",
@@ -51,3 +53,11 @@ def test_dry_run_compares_the_jobs_with_the_nodes(tmp_path, capsys):
         out = capsys.readouterr().out
         assert "  slurm           SLURM nodes of partition cpu: n1 (4 CPUs, 8192 MB, 0 GPUs, idle)" in out
         assert "  - SLURM can never start the actor job (1 node(s) x 1 task(s) of 2 CPUs" in out
+
+
+def test_the_slurm_add_on_imports_no_areal():
+    """The reaper loads the add-on to cancel a dead controller's jobs: it must start at once."""
+    code = ("import sys, examples.tau2.slurm.addon, examples.tau2.lifecycle.reaper; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('areal', 'torch')))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr
