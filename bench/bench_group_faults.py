@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/bench_group_faults.py [--groups 96] [--group-size 8] [--faults 0 20 50]
 
-AReaL's real rollout path on CPU (`cpu/scripted_sglang.py`: LocalScheduler, an rpc_server rollout
+AReaL's real rollout path on CPU (`bench/scripted_sglang.py`: LocalScheduler, an rpc_server rollout
 worker, AReaL's proxy, a scripted SGLang server that takes `--generate-ms` per generation) plays
 `--groups` GRPO groups of `--group-size` airline episodes (Tau2AgentWorkflow, tau2's evaluator) as one
 batch, with the scripted user simulator down for about P per mille of the episodes (`faulty<P>:user`:
@@ -31,8 +31,8 @@ from pathlib import Path
 from areal.engine.sglang_remote import RemoteSGLangEngine
 from areal.infra.rpc.rtensor import RTensor
 
+from bench.scripted_sglang import TASK, ScriptedSGLang, rollout_config, rollout_controller
 from examples.tau2.cpu.scripted_endpoint import EndpointThread
-from examples.tau2.cpu.scripted_sglang import TASK, ScriptedSGLang, rollout_config, rollout_controller
 from examples.tau2.runtime.process import setup_runtime
 from examples.tau2.tau2_train import WORKFLOW
 from examples.tau2.training.served_prompt import AREAL_RENDERING, SERVING_ENGINE_ENV

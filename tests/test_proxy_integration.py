@@ -4,7 +4,7 @@ The whole single-controller path that `PPOTrainer` uses for agent workflows runs
 LocalScheduler -> rpc_server worker process -> the training's rollout engine (`Tau2SGLangEngine`) ->
 RolloutController.start_proxy() (AReaL forks its OpenAI-compatible proxy worker) ->
 rollout_batch(workflow=<import string>, group_size), set up by
-`cpu/scripted_sglang.py`. Only the model is fake: a small HTTP server that speaks
+`bench/scripted_sglang.py`. Only the model is fake: a small HTTP server that speaks
 SGLang's `/generate` (input_ids in; output token ids and logprobs out) and replies with the real Qwen3
 tokens of a scripted turn: first a `<tool_call>` for a real airline tool, then a closing sentence.
 AReaL's proxy applies Qwen3's chat template, parses the tool call with sglang's parser, tau2 runs the
@@ -23,8 +23,7 @@ import pytest
 import torch
 from areal.infra.rpc.rtensor import RTensor
 
-from examples.tau2.cpu.scripted_endpoint import EndpointThread
-from examples.tau2.cpu.scripted_sglang import (
+from bench.scripted_sglang import (
     CLOSING,
     TASK,
     TOOL_CALL,
@@ -33,6 +32,7 @@ from examples.tau2.cpu.scripted_sglang import (
     rollout_controller,
     scripted_logprobs,
 )
+from examples.tau2.cpu.scripted_endpoint import EndpointThread
 from examples.tau2.tau2_train import WORKFLOW
 from examples.tau2.training.served_prompt import SERVING_ENGINE_ENV
 from examples.tau2.training.trainer import Tau2SGLangEngine

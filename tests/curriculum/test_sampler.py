@@ -19,7 +19,7 @@ from areal.utils.dynamic_import import import_from_string
 from areal.utils.recover import RecoverInfo
 
 from examples.tau2.cpu.curriculum_run import RunConfig, drive, task_skills
-from examples.tau2.curriculum.addon import CURRICULUM_WORKFLOW, check_curriculum
+from examples.tau2.curriculum.addon import CURRICULUM_WORKFLOW, CurriculumAgentWorkflow, check_curriculum
 from examples.tau2.curriculum.sampler import (
     CurriculumSampler,
     Outcome,
@@ -31,7 +31,6 @@ from examples.tau2.curriculum.sampler import (
     weighted_sample,
 )
 from examples.tau2.curriculum.sampler import logger as curriculum_logger
-from examples.tau2.curriculum.workflow import CurriculumAgentWorkflow
 from examples.tau2.settings import dataset as tau2_dataset
 from examples.tau2.settings.config import BUCKETS, BucketWeights, CurriculumConfig, curriculum_outcomes_dir
 from examples.tau2.tau2_train import WORKFLOW, main, train_call

@@ -81,7 +81,7 @@ async def drive(run: RunConfig, endpoint_url: str, outcomes: Path) -> list[StepR
     """Play `run.steps` steps; returns what each drew and played."""
     from areal.utils.data import cycle_dataloader
 
-    from examples.tau2.curriculum.workflow import CurriculumAgentWorkflow
+    from examples.tau2.curriculum.addon import CurriculumAgentWorkflow
     from examples.tau2.episode import domain as tau2_domain
     from examples.tau2.settings import dataset as tau2_dataset
 

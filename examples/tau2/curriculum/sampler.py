@@ -4,7 +4,7 @@ Where the rates come from. The episodes run in AReaL's rollout workers; the cont
 which owns the training dataloader) sees neither a task id next to a reward (an exported trajectory
 carries tokens and rewards, not the dataset row) nor the groups the GRPO filter drops (all-failure and
 all-success groups never leave the worker). So the training workflow, `CurriculumAgentWorkflow`
-(`curriculum/workflow.py`), appends one JSON line per scored episode to a file of its own under
+(`curriculum/addon.py`), appends one JSON line per scored episode to a file of its own under
 `curriculum.outcomes_dir` (default `<cluster.fileroot>/tau2_curriculum/<experiment>/<trial>`, shared
 storage like the rest of `fileroot`), and the controller reads the new lines each time it draws a batch.
 Rejected episodes (infrastructure failures) have no reward and leave no line; evaluation episodes run

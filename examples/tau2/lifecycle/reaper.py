@@ -98,20 +98,16 @@ def cancel_jobs(config: Any, log: logging.Logger | None = None) -> list[str]:
     addon = addons.scheduler_addon(config.scheduler.type)
     if addon is None:
         return []
+    experiment, trial, fileroot = _trial_key(config)
     try:
-        cancelled = [j.describe() for j in addon.cancel_jobs(*_trial_files(config))]
+        cancelled = [j.describe() for j in addon.cancel_jobs(fileroot, experiment, trial)]
     except addons.Unreachable as e:
-        (log or logger).error("could not cancel the %s jobs of %s/%s: %s", addon.name, config.experiment_name,
-                              config.trial_name, e)
+        (log or logger).error("could not cancel the %s jobs of %s/%s: %s", addon.name, experiment, trial, e)
         return []
     if cancelled and log is not None:
         log.warning("cancelled %d %s job(s) of this trial: %s", len(cancelled), addon.name,
                     "; ".join(cancelled))
     return cancelled
-
-
-def _trial_files(config: Any) -> tuple[str, str, str]:
-    return config.cluster.fileroot, config.experiment_name, config.trial_name
 
 
 def start_reaper(config: Any) -> subprocess.Popen | None:
@@ -172,8 +168,9 @@ def reap(pid: int, create_time: float, experiment: str, trial: str, fileroot: st
         time.sleep(poll_s)
     died = time.time()
     time.sleep(poll_s)  # a normal exit stops the workers itself; give stragglers a moment
-    if addons.scheduler_addon(scheduler) is not None:
-        return _reap_jobs(pid, experiment, trial, fileroot, scheduler)
+    addon = addons.scheduler_addon(scheduler)
+    if addon is not None:
+        return _reap_jobs(pid, experiment, trial, fileroot, addon)
     stopped = stop_process_trees(worker_processes(experiment, trial, fileroot, started_before=died))
     if stopped:
         print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} reaper: controller {pid} is gone; stopped "
@@ -181,10 +178,7 @@ def reap(pid: int, create_time: float, experiment: str, trial: str, fileroot: st
     return stopped
 
 
-def _reap_jobs(pid: int, experiment: str, trial: str, fileroot: str, scheduler: str) -> list[int]:
-    addon = addons.scheduler_addon(scheduler)
-    if addon is None:
-        return []
+def _reap_jobs(pid: int, experiment: str, trial: str, fileroot: str, addon: addons.Addon) -> list[int]:
     stamp = time.strftime("%Y-%m-%d %H:%M:%S")
     try:
         cancelled = addon.cancel_jobs(fileroot, experiment, trial)

@@ -7,10 +7,8 @@ dataloader, saver, evaluator and stats-logger states in `.../recover_info/` -- a
 them when a rerun with the same experiment, trial and fileroot finds them. A `kill -9` can land
 anywhere, so a rerun (`prepare_resume`, before `PPOTrainer` starts) first:
 
-1. stops leftover workers of the trial: AReaL's workers (rpc servers, the inference server, proxies)
-   do not notice that their controller died (`stop_leftover_workers` on this machine, `cancel_jobs`
-   under SLURM; while the controller lives, `start_reaper` runs a small watcher that does the same as
-   soon as it dies);
+1. stops leftover workers of the trial, which do not notice that their controller died
+   (`lifecycle/reaper.py`, whose watcher does the same while the controller lives);
 2. finishes or undoes a save the kill interrupted (`repair`): saves go to `<dir>.next` first and are
    swapped in after a journal is written (`AtomicRecoverHandler`, below), because AReaL
    overwrites its one checkpoint in place and a torn info file makes it start over from step 1 without a word;
@@ -19,7 +17,7 @@ anywhere, so a rerun (`prepare_resume`, before `PPOTrainer` starts) first:
    `<dump_dir>.superseded/<time>/` (`supersede_dumps`), removing half-written temporary files.
 
 `check_recover` (in `--dry-run` and before every run) and `describe_recover` (the plan's line) say what
-a rerun would do. Nothing here imports AReaL at module level: the reaper runs this module alone.
+a rerun would do.
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
-"""The core's one extension point: the add-ons that a run's config turns on.
-
-The core (the episode, the group, the served prompt, the training entry, the trainer layer, the config
-and its checks) imports no add-on; `lint-imports` holds it to that (the contracts in pyproject.toml).
-A config that names an add-on (`scheduler.type=slurm`, `curriculum.enabled=true`) gets it here, by
-its import string, and the core asks it, at the few points where an add-on changes a run, for what
-it provides: its pre-flight problems, its services' state, its plan lines, its scheduler, its training
-dataloader and workflow, and the cancelling of its jobs. An add-on writes only the hooks it needs.
-"""
+"""The core's one extension point: the add-ons a config turns on (`scheduler.type=slurm`,
+`curriculum.enabled`), loaded here by import string, since the core imports none (pyproject.toml's
+import contracts). The core asks them, where an add-on changes a run, for the hooks of `Addon`."""
 
 from __future__ import annotations
 
@@ -57,9 +51,8 @@ class Addon:
 
 
 ADDONS: dict[str, tuple[str, Callable[[Any], bool]]] = {
-    "slurm": ("examples.tau2.slurm.addon:SlurmAddon", lambda config: config.scheduler.type == "slurm"),
-    "curriculum": ("examples.tau2.curriculum.addon:CurriculumAddon",
-                   lambda config: config.curriculum.enabled),
+    "slurm": ("examples.tau2.slurm.addon:SlurmAddon", lambda c: c.scheduler.type == "slurm"),
+    "curriculum": ("examples.tau2.curriculum.addon:CurriculumAddon", lambda c: c.curriculum.enabled),
 }
 """Each add-on's name: where it is, and when a config turns it on."""
 SCHEDULER_ADDONS = ("slurm",)

@@ -1,9 +1,6 @@
-"""SLURM as an add-on (`scheduler.type=slurm`): what the core asks of it, answered by the SLURM rooms.
-
-The reaper (`lifecycle/reaper.py`) loads this add-on to cancel a dead controller's jobs and must start
-at once, so importing it imports no AReaL: each hook imports what it uses (the checks and the scheduler
-import AReaL; the job registry does not).
-"""
+"""SLURM as an add-on (`scheduler.type=slurm`). The reaper (`lifecycle/reaper.py`) loads it to cancel a
+dead controller's jobs and must start at once, so importing it imports no AReaL: the hooks that need
+AReaL (the checks, the scheduler) import it when asked."""
 
 from __future__ import annotations
 
