@@ -19,8 +19,9 @@ commands:
   local [OVERRIDES...]            train on this node (scheduler.type=local); needs a GPU Python (TAU2_PYTHON)
   slurm [--submit] [OVERRIDES...] train on SLURM (scheduler.type=slurm): one job per role, the workers in
                                   TAU2_IMAGE if set (apptainer), else as the config's scheduling_spec says
-                                  (natively: +configs=slurm_native); --submit runs the controller itself as
-                                  a job and prints where its log is
+                                  (natively: +configs=slurm_native); --submit checks the run as plain slurm
+                                  does, and that a node can run the controller's own job, then runs the
+                                  controller itself as a job and prints where its log is (refused: no job)
   slurm-local up|down|status [--nodes N] [--cpus C] [--mem-mb M]
                                   a throw-away CPU-only SLURM on this machine (root; Debian's packages) to try
                                   the cluster path on, e.g. 'smoke scheduler.type=slurm' (TRAINING.md); for
@@ -60,7 +61,8 @@ environment:
   TAU2_IMAGE        slurm: apptainer image with AReaL 1.0.4 and this project's dependencies (unset: the
                     config's container settings; configs/slurm_native.yaml runs without a container)
   TAU2_CONTROLLER_SBATCH  slurm --submit: sbatch options of the controller's job (default
-                    "--cpus-per-task=4 --mem=32G"; add e.g. --partition, --time)
+                    "--cpus-per-task=4 --mem=32G"; add e.g. --partition, --time); its --cpus-per-task,
+                    --mem and --partition are checked against sinfo before sbatch
   SLURM_CONF        the SLURM to use; unset while 'slurm-local up' runs: that one
   TAU2_USER_MODEL   user-server: model (default Qwen/Qwen3-8B); TAU2_USER_NAME served name (tau2-user)
   TAU2_USER_GPUS    user-server: GPUs (default 6,7); TAU2_USER_TP tensor parallel size (default: #GPUs)
@@ -174,6 +176,16 @@ cmd_slurm() {
   # admin key included); its arguments go through a NUL-separated file, so that no override needs quoting.
   command -v sbatch >/dev/null || die "slurm --submit: no sbatch on this machine"
   export_user_key
+  local sbatch_opts="${TAU2_CONTROLLER_SBATCH:---cpus-per-task=4 --mem=32G}" status=0
+  # First the checks plain `slurm` makes before it starts anything, and whether a node can run the
+  # controller's own job (sinfo): a refused run submits nothing and leaves no file behind.
+  (cd "$repo" && TAU2_CONTROLLER_SBATCH="$sbatch_opts" "$py" -m examples.tau2.slurm.controller_job --check \
+    --config "$config" "${args[@]}" "$@") || status=$?
+  if ((status != 0)); then
+    echo "tau2_rl.sh: slurm --submit: refused before sbatch (the problems above); nothing was submitted" >&2
+    exit "$status"
+  fi
+  echo "tau2_rl.sh: slurm --submit: the checks found no problem; submitting the controller's job" >&2
   mkdir -p "$run_dir"
   local stamp log argfile
   stamp="$(date +%Y%m%d-%H%M%S)"
@@ -182,10 +194,11 @@ cmd_slurm() {
   (umask 077 && printf '%s\0' --config "$config" "${args[@]}" "$@" >"$argfile")
   local job
   # shellcheck disable=SC2086 # TAU2_CONTROLLER_SBATCH holds several sbatch options
-  job="$(cd "$repo" && sbatch --parsable --job-name=tau2-controller --output="$log" \
-    ${TAU2_CONTROLLER_SBATCH:---cpus-per-task=4 --mem=32G} \
-    --wrap "exec $(printf '%q' "$py") -m examples.tau2.slurm.controller_job $(printf '%q' "$argfile")")" ||
-    die "slurm --submit: sbatch refused the controller's job"
+  job="$(cd "$repo" && sbatch --parsable --job-name=tau2-controller --output="$log" $sbatch_opts \
+    --wrap "exec $(printf '%q' "$py") -m examples.tau2.slurm.controller_job $(printf '%q' "$argfile")")" || {
+    rm -f "$argfile"
+    die "slurm --submit: sbatch refused the controller's job; nothing was submitted"
+  }
   echo "tau2_rl.sh: the controller runs as SLURM job ${job%%;*}; its log: $log"
   echo "tau2_rl.sh: follow it with: tail -f $log   stop it (and every job of the run) with: scancel ${job%%;*}"
 }

@@ -15,6 +15,7 @@ import dataclasses
 import logging
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,36 +40,9 @@ def main(argv: list[str] | None = None) -> int:
     """Load and check the config; print the plan (`--dry-run`) or train. Exit status 0/1/2."""
     argv = list(sys.argv[1:] if argv is None else argv)
     dry_run, argv = pop_dry_run(argv)
-    if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s: %(message)s")
-    try:
-        loaded = load_config(argv)
-    except ConfigError as e:
-        print(f"tau2_train: {e}", file=sys.stderr)
-        return 2
-    setup_runtime(loaded.config.econfig.tau2_log_level)  # before tau2 is imported: it logs at import
-    from examples.tau2.lifecycle.validate import build_plan, check_run_domains, format_plan, validate
-
-    domain_problems = check_run_domains(loaded.config.econfig)
-    if domain_problems:
-        for problem in domain_problems:
-            print(f"tau2_train: {problem}", file=sys.stderr)
-        return 2
-    errors = validate(loaded.config)
-    report = format_plan(build_plan(loaded), errors)
-    if dry_run:
-        print(report)
-        return 1 if errors else 0
-    unavailable = [why for addon in addons.enabled(loaded.config)
-                   if (why := addon.unavailable(loaded.config))]
-    if unavailable:
-        errors += unavailable
-        report = format_plan(build_plan(loaded), errors)
-    if errors:
-        print(report, file=sys.stderr)
-        print(f"tau2_train: {len(errors)} problem(s); nothing was started", file=sys.stderr)
-        return 1
-    logger.info("%s", report)
+    loaded, status = preflight(argv, dry_run)
+    if loaded is None:
+        return status
     exit_on_sigterm()
     try:
         run(loaded)
@@ -78,6 +52,41 @@ def main(argv: list[str] | None = None) -> int:
         stop_descendants(logger)
         cancel_jobs(loaded.config, logger)
     return 0
+
+
+def preflight(argv: list[str], dry_run: bool = False,
+              more: Sequence[str] = ()) -> tuple[LoadedConfig | None, int]:
+    """Everything `main` checks before it starts anything; `--dry-run` prints the plan, a run the problems
+    (with `more`: e.g. `tau2_rl.sh slurm --submit`'s own, slurm/controller_job.py). Returns (the config,
+    0) when the run may start; else (None, the exit status: 0/1 after a dry run, 1 problems, 2 config)."""
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s: %(message)s")
+    try:
+        loaded = load_config(argv)
+    except ConfigError as e:
+        print(f"tau2_train: {e}", file=sys.stderr)
+        return None, 2
+    setup_runtime(loaded.config.econfig.tau2_log_level)  # before tau2 is imported: it logs at import
+    from examples.tau2.lifecycle.validate import build_plan, check_run_domains, format_plan, validate
+
+    domain_problems = check_run_domains(loaded.config.econfig)
+    if domain_problems:
+        for problem in domain_problems:
+            print(f"tau2_train: {problem}", file=sys.stderr)
+        return None, 2
+    errors = validate(loaded.config)
+    if dry_run:
+        print(format_plan(build_plan(loaded), errors))
+        return None, 1 if errors else 0
+    errors += [why for addon in addons.enabled(loaded.config) if (why := addon.unavailable(loaded.config))]
+    errors += more
+    report = format_plan(build_plan(loaded), errors)
+    if errors:
+        print(report, file=sys.stderr)
+        print(f"tau2_train: {len(errors)} problem(s); nothing was started", file=sys.stderr)
+        return None, 1
+    logger.info("%s", report)
+    return loaded, 0
 
 
 def run(loaded: LoadedConfig) -> None:

@@ -1,5 +1,6 @@
 """`tau2_rl.sh slurm --submit`: the controller as a SLURM job of its own (slurm/controller_job.py), its
-arguments (with the admin key) on no command line, its log where the script says."""
+arguments (with the admin key) on no command line, its log where the script says; the run and the
+controller's own request checked before `sbatch`, a refused one submitting nothing."""
 
 from __future__ import annotations
 
@@ -11,11 +12,26 @@ from pathlib import Path
 
 import pytest
 
-from examples.tau2.slurm import queue
-from examples.tau2.slurm.controller_job import read_args
+from examples.tau2.slurm import controller_job, queue
+from examples.tau2.slurm.controller_job import controller_problem, controller_request, read_args
+from examples.tau2.slurm.queue import NodeInfo
 from tests.slurm.support import REPO, slurm, wait_until
 
 SCRIPT = REPO / "examples" / "tau2" / "tau2_rl.sh"
+CONTROLLER_TOO_BIG = ("SLURM can never start the controller job (1 node(s) x 1 task(s) of 4 CPUs = 4 CPUs, "
+                      "32768 MB per node): 0 of the 1 node(s) of partition cpu fit it, 1 needed (largest: 4 "
+                      "CPUs, 16384 MB, no GPU (GRES)); set TAU2_CONTROLLER_SBATCH (now \"--cpus-per-task=4 "
+                      "--mem=32G\") to --cpus-per-task and --mem that one node has")
+
+
+def submit(env: dict[str, str], *overrides: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(SCRIPT), "slurm", "--submit", *overrides], capture_output=True,
+                          text=True, env=env, timeout=180)
+
+
+def script_env(run_dir: Path, **more: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("TAU2_CONFIG", "TAU2_CONTROLLER_SBATCH")}
+    return {**env, "TAU2_PYTHON": sys.executable, "TAU2_RUN_DIR": str(run_dir), **more}
 
 
 def test_arguments_are_read_once_and_the_file_removed(tmp_path):
@@ -25,26 +41,90 @@ def test_arguments_are_read_once_and_the_file_removed(tmp_path):
     assert not args.exists()
 
 
+def test_the_controller_request_is_read_from_its_sbatch_options():
+    request, partitions = controller_request("--cpus-per-task=4 --mem=32G")
+    assert (request.cpus_per_node, request.mem_mb_per_node, request.gpus_per_node) == (4, 32768, 0)
+    assert partitions == []
+    request, partitions = controller_request("-c 2 --mem 4096 --time 1:00:00 --hold -p a,b")
+    assert (request.cpus_per_node, request.mem_mb_per_node, partitions) == (2, 4096, ["a", "b"])
+    request, partitions = controller_request("-c2 --mem-per-cpu=2G --partition gpu")
+    assert (request.cpus_per_node, request.mem_mb_per_node, partitions) == (2, 4096, ["gpu"])
+    assert controller_request("--time=10")[0].mem_mb_per_node == 0  # no request: SLURM's default, not checked
+    assert controller_problem("--mem=lots") == (
+        'TAU2_CONTROLLER_SBATCH="--mem=lots" is not a request sbatch takes: --mem=lots is not a size sbatch '
+        'reads (e.g. 32G, 4096M); set TAU2_CONTROLLER_SBATCH, e.g. to "--cpus-per-task=4 --mem=32G"')
+
+
+def test_a_controller_request_no_node_holds_is_one_sentence_naming_the_setting(monkeypatch):
+    nodes = {"cpu": [NodeInfo("n1", "cpu", True, 4, 16384, 0, "idle")]}
+    monkeypatch.setattr(controller_job.queue, "available", lambda: True)
+    monkeypatch.setattr(controller_job.queue, "nodes", lambda p=None: nodes.get(p or "cpu", []))
+    assert controller_problem("--cpus-per-task=4 --mem=32G").startswith(CONTROLLER_TOO_BIG)
+    assert controller_problem("--cpus-per-task=1 --mem=2G") == ""
+    assert controller_problem("--mem=2G -p gpu") == (
+        'SLURM reports no node in partition gpu for the controller job (TAU2_CONTROLLER_SBATCH="--mem=2G -p '
+        "gpu\"); set TAU2_CONTROLLER_SBATCH's --partition to one that `sinfo` lists")
+
+
 @pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_submit_of_the_default_config_is_refused_before_sbatch(tmp_path):
+    """What a new user of `tau2_rl.sh slurm-local up` gets from `slurm --submit`: the controller's own job
+    (32 GiB) on nodes of 16 GiB and the config's problems, as plain `slurm` reports them, and no job."""
+    with slurm(nodes=1, cpus=4):  # as `slurm-local up` makes them: 4 CPUs, 16 GiB
+        done = submit(script_env(tmp_path))
+        assert done.returncode == 1, done.stderr
+        err = done.stderr
+        assert f"  - {CONTROLLER_TOO_BIG}" in err
+        assert "econfig.user_base_url=http://127.0.0.1:30000/v1 is a loopback address" in err
+        assert "SLURM can never start the rollout job" in err
+        count = int(re.search(r"^problems \((\d+)\):$", err, re.MULTILINE).group(1))
+        assert count >= 5 and f"tau2_train: {count} problem(s); nothing was started" in err
+        assert err.rstrip().endswith(
+            "tau2_rl.sh: slurm --submit: refused before sbatch (the problems above); nothing was submitted")
+        assert not list(tmp_path.glob("controller-*"))  # no arguments file, no log
+        assert queue.jobs_named("") == []
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_submit_runs_the_controller_as_a_job_and_says_where_its_log_is(tmp_path):
+    """A run the checks accept is submitted (an sbatch that refuses it leaves nothing behind); the job's
+    controller checks again and here refuses, since its cluster.fileroot can no longer be created (the
+    job is held until then)."""
+    gone = tmp_path / "gone"
+    # Accepted on a CPU-only cluster: both engines colocated ask SLURM for no job and no GPU of their own.
+    accepted = ("+configs=slurm_native", "cluster.n_gpus_per_node=1", "rollout.backend=sglang:d1",
+                "actor.backend=archon:d1", "++rollout.scheduling_strategy.type=colocation",
+                "++actor.scheduling_strategy.type=colocation", "econfig.domain=mock",
+                "econfig.solo_mode=true", "econfig.train_split=all", "econfig.valid_split=null",
+                "valid_dataset=null",
+                f"cluster.fileroot={gone}/root")
     with slurm(nodes=1, cpus=4):
-        env = {**os.environ, "TAU2_PYTHON": sys.executable, "TAU2_RUN_DIR": str(tmp_path),
-               "TAU2_ADMIN_KEY": "s3cret-admin-key", "TAU2_CONTROLLER_SBATCH": "--cpus-per-task=1 --mem=2G"}
-        # A config the controller refuses at once (a loopback user simulator cannot serve SLURM workers).
-        done = subprocess.run(["bash", str(SCRIPT), "slurm", "--submit", "+configs=slurm_native",
-                               "cluster.n_gpus_per_node=0", "actor.scheduling_spec.0.gpu=0",
-                               f"cluster.fileroot={tmp_path}/root", "econfig.user_base_url=http://127.0.0.1:9/v1"],
-                              capture_output=True, text=True, env=env, timeout=120)
+        refused = submit(script_env(tmp_path, TAU2_CONTROLLER_SBATCH="-c 1 --mem=2G --constraint=nosuch"),
+                         *accepted)
+        assert refused.returncode == 1 and "Invalid feature specification" in refused.stderr, refused.stderr
+        assert "sbatch refused the controller's job; nothing was submitted" in refused.stderr
+        assert not list(tmp_path.glob("controller-*.args")) and queue.jobs_named("") == []
+        env = script_env(tmp_path, TAU2_ADMIN_KEY="s3cret-admin-key",
+                         TAU2_CONTROLLER_SBATCH="--cpus-per-task=1 --mem=2G --hold")
+        done = submit(env, *accepted)
         assert done.returncode == 0, done.stderr
+        assert "the checks found no problem; submitting the controller's job" in done.stderr
         job = int(re.search(r"the controller runs as SLURM job (\d+); its log: (\S+)", done.stdout).group(1))
         log = Path(re.search(r"its log: (\S+)", done.stdout).group(1))
         assert log.parent == tmp_path and f"scancel {job}" in done.stdout
+        [args] = tmp_path.glob("controller-*.args")
+        assert args.stat().st_mode & 0o777 == 0o600
         script = queue.run("scontrol", "write", "batch_script", str(job), "-")
         assert "examples.tau2.slurm.controller_job" in script and "s3cret-admin-key" not in script
+        gone.write_text("")  # a file where the run's folder would go
+        queue.run("scontrol", "release", str(job))
         wait_until(lambda: not queue.query_jobs([job])[job].active, 120, "the controller's job to end")
         assert queue.query_jobs([job])[job].state == "FAILED"  # the controller's exit status, 1
         out = log.read_text()
         assert f"controller_job: SLURM job {job} on " in out
-        assert "econfig.user_base_url=http://127.0.0.1:9/v1 is a loopback address" in out
+        assert (f"cluster.fileroot={gone}/root does not exist and cannot be created ({gone} is not a "
+                "directory)") in out
         assert "nothing was started" in out and "s3cret-admin-key" not in out
         assert not list(tmp_path.glob("controller-*.args"))  # read and removed by the job

@@ -57,8 +57,9 @@ class JobRequest:
                 and node.gpus >= self.gpus_per_node)
 
 
-def unschedulable(request: JobRequest, nodes: list[NodeInfo]) -> str:
-    """Why no wait would start `request` on `nodes` (one sentence), or '' when enough nodes fit it."""
+def unschedulable(request: JobRequest, nodes: list[NodeInfo], fix: str = "") -> str:
+    """Why no wait would start `request` on `nodes` (one sentence), or '' when enough nodes fit it; `fix`
+    ends the sentence with what to change (default: a role's scheduling_spec)."""
     if not nodes:
         return f"the {request.role} job cannot run: SLURM reports no node in the partition"
     fitting = [n for n in nodes if request.fits(n)]
@@ -68,11 +69,10 @@ def unschedulable(request: JobRequest, nodes: list[NodeInfo]) -> str:
     biggest = max(usable, key=lambda n: (n.gpus, n.cpus, n.memory_mb))
     gpus = f", {biggest.gpus} GPUs" if biggest.gpus else ", no GPU (GRES)"
     partition = nodes[0].partition
-    if request.gpus_per_node and not any(n.gpus for n in nodes):
+    if not fix and request.gpus_per_node and not any(n.gpus for n in nodes):
         fix = (f"this partition declares no GPUs: set cluster.n_gpus_per_node=0 and the {request.role} "
                "scheduling_spec's gpu to 0 for a CPU-only run, or use a partition with GPUs")
-    else:
-        fix = f"lower the {request.role} scheduling_spec (cpu, mem, gpu) or cluster.n_gpus_per_node"
+    fix = fix or f"lower the {request.role} scheduling_spec (cpu, mem, gpu) or cluster.n_gpus_per_node"
     return (f"SLURM can never start the {request.describe()}: {len(fitting)} of the {len(nodes)} node(s) of "
             f"partition {partition} fit it, {request.nodes} needed (largest: {biggest.cpus} CPUs, "
             f"{biggest.memory_mb} MB{gpus}); {fix}")
