@@ -102,10 +102,10 @@ def cancel_jobs(config: Any, log: logging.Logger | None = None) -> list[str]:
     try:
         cancelled = [j.describe() for j in addon.cancel_jobs(fileroot, experiment, trial)]
     except addons.Unreachable as e:
-        (log or logger).error("could not cancel the %s jobs of %s/%s: %s", addon.name, experiment, trial, e)
+        (log or logger).error("cannot cancel the %s jobs of %s/%s: %s", addon.service, experiment, trial, e)
         return []
     if cancelled and log is not None:
-        log.warning("cancelled %d %s job(s) of this trial: %s", len(cancelled), addon.name,
+        log.warning("cancelled %d %s job(s) of this trial: %s", len(cancelled), addon.service,
                     "; ".join(cancelled))
     return cancelled
 
@@ -183,12 +183,12 @@ def _reap_jobs(pid: int, experiment: str, trial: str, fileroot: str, addon: addo
     try:
         cancelled = addon.cancel_jobs(fileroot, experiment, trial)
     except addons.Unreachable as e:
-        print(f"{stamp} reaper: controller {pid} is gone; could not cancel the {addon.name} jobs of "
+        print(f"{stamp} reaper: controller {pid} is gone; could not cancel the {addon.service} jobs of "
               f"{experiment}/{trial}: {e}", flush=True)
         return []
     if cancelled:
-        print(f"{stamp} reaper: controller {pid} is gone; cancelled {len(cancelled)} {addon.name} job(s) of "
-              f"{experiment}/{trial}: " + "; ".join(j.describe() for j in cancelled), flush=True)
+        print(f"{stamp} reaper: controller {pid} is gone; cancelled {len(cancelled)} {addon.service} job(s) "
+              f"of {experiment}/{trial}: " + "; ".join(j.describe() for j in cancelled), flush=True)
     return [j.job_id for j in cancelled]
 
 

@@ -16,7 +16,8 @@ class Unreachable(RuntimeError):
 class Addon:
     """What an add-on gives a run; each default gives nothing (`config`: a `Tau2PPOConfig`)."""
 
-    name = ""
+    name, service = "", ""
+    """Its name in `ADDONS`, and the outside service its jobs run on as messages name it (slurm, SLURM)."""
 
     def problems(self, config: Any) -> list[str]:
         """The run's problems in this add-on's part, one sentence each (pre-flight and `--dry-run`)."""
@@ -45,8 +46,7 @@ class Addon:
         return workflow, kwargs
 
     def cancel_jobs(self, fileroot: str, experiment: str, trial: str) -> list[Any]:
-        """Cancel every job this add-on started for the trial; each has `.job_id` and `.describe()`.
-        Raises `Unreachable` when the service does not answer."""
+        """Cancel the trial's jobs it started (each has `.job_id`, `.describe()`); else `Unreachable`."""
         return []
 
 

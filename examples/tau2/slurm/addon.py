@@ -14,7 +14,7 @@ from examples.tau2.slurm.registry import cancel_run_jobs
 class SlurmAddon(Addon):
     """A run whose workers are SLURM jobs."""
 
-    name = "slurm"
+    name, service = "slurm", "SLURM"
 
     def problems(self, config: Any) -> list[str]:
         from examples.tau2.slurm.checks import check_domain_modules_importable, check_slurm, container_paths
