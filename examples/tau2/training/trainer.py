@@ -12,10 +12,10 @@ What changes, in the order an episode meets it:
 - the proxy renders each prompt as the serving engine's chat server does (`training/served_prompt.py`),
   so the trainer learns the prompt the policy was served;
 - a GRPO group is scored as one object (`episode/group.py`): a rejected episode drops only itself;
-- recover saves are atomic and made after the step's stats are committed (`AtomicRecoverHandler`);
+- recover saves are atomic and made after the step's stats are committed (`lifecycle/recover.py`);
 - a dead inference server or an ended SLURM job stops the run (`lifecycle/watchdog.py`);
-- with `curriculum.enabled`, training tasks are drawn by solve rate (`curriculum/sampler.py`);
-- `scheduler.type=slurm` runs `Tau2SlurmScheduler` (`slurm/scheduler.py`, which lists its changes).
+- the add-ons the config turns on (`settings/addons.py`) give the scheduler (`scheduler.type=slurm`:
+  `slurm/scheduler.py`) and the training dataloader (`curriculum.enabled`: tasks by solve rate).
 """
 
 from __future__ import annotations
