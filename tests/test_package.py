@@ -292,6 +292,20 @@ def test_the_readme_tree_names_every_module_in_its_room():
     assert missing == []
 
 
+def test_every_room_of_the_package_stands_on_a_floor_of_the_import_contract():
+    """A new module or folder of the package must be placed in pyproject.toml's layers (and, if it is an
+    add-on, among the core's forbidden modules), or `lint-imports` would not look at it."""
+    contracts = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    floors = next(c for c in contracts if c["id"] == "floors")["layers"]
+    placed = {m.strip().removeprefix("examples.tau2.") for floor in floors for m in floor.split("|")}
+    rooms = {p.stem for p in PACKAGE.iterdir() if p.suffix == ".py" and p.name != "__init__.py"}
+    rooms |= {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
+    assert rooms == placed
+    core = next(c for c in contracts if c["id"] == "core")
+    split = core["source_modules"] + core["forbidden_modules"]
+    assert sorted(m.removeprefix("examples.tau2.") for m in split) == sorted(placed)  # core or add-on, once
+
+
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
