@@ -117,7 +117,7 @@ def start_reaper(config: Any) -> subprocess.Popen | None:
 
     AReaL stops its workers when the controller exits normally or raises; after `kill -9` (or the OOM
     killer) they would live on, holding ports, memory and GPUs (on a cluster: whole nodes)."""
-    if config.scheduler.type not in ("local", "slurm"):
+    if config.scheduler.type not in addons.SCHEDULERS:
         return None
     import psutil
 
@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--experiment-name", required=True)
     p.add_argument("--trial-name", required=True)
     p.add_argument("--fileroot", required=True)
-    p.add_argument("--scheduler", choices=("local", "slurm"), default="local")
+    p.add_argument("--scheduler", choices=addons.SCHEDULERS, default="local")
     args = parser.parse_args(argv)
     reap(args.pid, args.create_time, args.experiment_name, args.trial_name, args.fileroot,
          scheduler=args.scheduler)

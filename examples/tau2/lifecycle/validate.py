@@ -41,7 +41,6 @@ from examples.tau2.tau2_utils import RewardBaseline
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "::1", "localhost"})
 USER_CHECK_TIMEOUT_S = 5.0
-SCHEDULERS = ("local", "slurm")
 
 
 @dataclass(frozen=True)
@@ -117,9 +116,9 @@ def engine_uses(config: Tau2PPOConfig) -> list[EngineUse]:
 def check_gpus(config: Tau2PPOConfig, uses: list[EngineUse]) -> list[str]:
     errors = []
     cluster, scheduler = config.cluster, config.scheduler.type
-    if scheduler not in SCHEDULERS:
-        errors.append(f"scheduler.type must be local or slurm, got {scheduler!r}: AReaL 1.0.4 runs agent "
-                      "workflows only under its single controller, and not with ray")
+    if scheduler not in addons.SCHEDULERS:
+        errors.append(f"scheduler.type must be {' or '.join(addons.SCHEDULERS)}, got {scheduler!r}: "
+                      "AReaL 1.0.4 runs agent workflows only under its single controller, and not with ray")
     needed = sum(u.gpus for u in uses)
     available = cluster.n_nodes * cluster.n_gpus_per_node
     if needed > available:

@@ -57,6 +57,9 @@ ADDONS: dict[str, tuple[str, Callable[[Any], bool]]] = {
 """Each add-on's name: where it is, and when a config turns it on."""
 SCHEDULER_ADDONS = ("slurm",)
 """The add-ons that are a `scheduler.type`."""
+SCHEDULERS = ("local", *SCHEDULER_ADDONS)
+"""The `scheduler.type`s a run may use: AReaL's local one and the scheduler add-ons (AReaL 1.0.4 runs agent
+workflows only under its single controller, so not with ray)."""
 
 
 def load(name: str) -> Addon:
