@@ -47,10 +47,11 @@ DISTRIBUTED_ENV = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RA
 
 
 @contextlib.contextmanager
-def single_process_group() -> Iterator[None]:
-    """A one-process gloo group, as AReaL's workers have (the engines need torch.distributed), for the
-    duration of the block: afterwards the group is destroyed and `DISTRIBUTED_ENV` is as before, so a
-    later process this one starts is not told it is rank 0 of a finished group."""
+def single_process_group(backend: str = "gloo") -> Iterator[None]:
+    """A one-process group (gloo; nccl on a GPU), as AReaL's workers have (the engines need
+    torch.distributed), for the duration of the block: afterwards the group is destroyed and
+    `DISTRIBUTED_ENV` is as before, so a later process this one starts is not told it is rank 0 of a
+    finished group."""
     import torch.distributed as dist
 
     if dist.is_initialized():
@@ -60,7 +61,7 @@ def single_process_group() -> Iterator[None]:
                 "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}
     for key, value in defaults.items():
         os.environ.setdefault(key, value)
-    dist.init_process_group(backend="gloo", world_size=1, rank=0)
+    dist.init_process_group(backend=backend, world_size=1, rank=0)
     try:
         yield
     finally:
@@ -140,23 +141,26 @@ def rows_from_batch_file(path: str | Path) -> list[Row]:
 
 
 def airline_rows(tokenizer: Any, *, n_episodes: int = 8, n_turns: int = 6, seed: int = 0,
-                 generated_words: int = 60, observation_words: int = 80) -> list[Row]:
+                 generated_words: int = 60, observation_words: int = 80, policy_words: int = 0,
+                 n_tools: int = 0) -> list[Row]:
     """A GRPO group of airline-shaped episodes rendered with the real Qwen3 chat template.
 
     Every episode starts with τ²'s airline policy as the system prompt and its 14 tools, as the
     agent sees them; each policy turn is one row (`export_style: individual`): the rendered
     conversation so far plus the generated reply. Replies and observations are random words.
+    `policy_words` / `n_tools` (0: all) shorten the system prompt, for runs that only check the code.
     """
     from tau2.domains.airline.environment import get_environment
 
     env = get_environment()
-    tools = [tool.openai_schema for tool in env.get_tools()]
+    tools = [tool.openai_schema for tool in env.get_tools()][:n_tools or None]
+    policy = " ".join(env.get_policy().split()[:policy_words]) if policy_words else env.get_policy()
     words = [w for w in env.get_policy().split() if w.isalpha()]
     rng = random.Random(seed)
     text = lambda n: " ".join(rng.choice(words) for _ in range(n))  # noqa: E731
     rows = []
     for _ in range(n_episodes):
-        messages = [{"role": "system", "content": env.get_policy()},
+        messages = [{"role": "system", "content": policy},
                     {"role": "user", "content": text(observation_words)}]
         for _ in range(n_turns):
             prompt = tokenizer.encode(tokenizer.apply_chat_template(
