@@ -13,15 +13,22 @@ usage() {
 usage: examples/tau2/tau2_rl.sh COMMAND [ARGS...]
 
 commands:
-  smoke [OVERRIDES...]            the whole RL loop on CPU: tiny policy, scripted user, vLLM CPU (cpu/SMOKE.md)
+  smoke [--submit [FLAGS]] [OVERRIDES...]
+                                  the whole RL loop on CPU: tiny policy, scripted user, vLLM CPU (cpu/SMOKE.md);
+                                  --submit: its controller as a SLURM job, as slurm --submit (with
+                                  scheduler.type=slurm, the workers' jobs too)
   learn [--seeds N..] [--trials K] [OVERRIDES...]
                                   RL on CPU between two evaluations of the policy: does it learn? (docs/learn)
   local [OVERRIDES...]            train on this node (scheduler.type=local); needs a GPU Python (TAU2_PYTHON)
-  slurm [--submit] [OVERRIDES...] train on SLURM (scheduler.type=slurm): one job per role, the workers in
+  slurm [--submit [FLAGS]] [OVERRIDES...]
+                                  train on SLURM (scheduler.type=slurm): one job per role, the workers in
                                   TAU2_IMAGE if set (apptainer), else as the config's scheduling_spec says
                                   (natively: +configs=slurm_native); --submit checks the run as plain slurm
                                   does, and that a node can run the controller's own job, then runs the
-                                  controller itself as a job and prints where its log is (refused: no job)
+                                  controller itself as a job and prints where its log is (refused: no job);
+                                  the job requeues itself before its time limit, on preemption and after a
+                                  lost worker, and resumes (TRAINING.md, "Long runs on SLURM"). FLAGS:
+                                  --max-requeues N (default 10), --signal SIG@SECONDS (default USR1@600)
   slurm-local up|down|status [--nodes N] [--cpus C] [--mem-mb M]
                                   a throw-away CPU-only SLURM on this machine (root; Debian's packages) to try
                                   the cluster path on, e.g. 'smoke scheduler.type=slurm' (TRAINING.md); for
@@ -60,9 +67,9 @@ environment:
   TAU2_TRAIN_GPUS   local: CUDA_VISIBLE_DEVICES for training (keep the user simulator's GPUs out)
   TAU2_IMAGE        slurm: apptainer image with AReaL 1.0.4 and this project's dependencies (unset: the
                     config's container settings; configs/slurm_native.yaml runs without a container)
-  TAU2_CONTROLLER_SBATCH  slurm --submit: sbatch options of the controller's job (default
-                    "--cpus-per-task=4 --mem=32G"; add e.g. --partition, --time); its --cpus-per-task,
-                    --mem and --partition are checked against sinfo before sbatch
+  TAU2_CONTROLLER_SBATCH  --submit: sbatch options of the controller's job (default
+                    "--cpus-per-task=4 --mem=32G", smoke "--cpus-per-task=1 --mem=2G"; add e.g. --partition,
+                    --time); its --cpus-per-task, --mem and --partition are checked against sinfo before sbatch
   SLURM_CONF        the SLURM to use; unset while 'slurm-local up' runs: that one
   TAU2_USER_MODEL   user-server: model (default Qwen/Qwen3-8B); TAU2_USER_NAME served name (tau2-user)
   TAU2_USER_GPUS    user-server: GPUs (default 6,7); TAU2_USER_TP tensor parallel size (default: #GPUs)
@@ -172,35 +179,58 @@ cmd_slurm() {
   if ((submit == 0)); then
     train "$py" "${args[@]}" "$@"
   fi
-  # Login nodes end long processes: the controller runs as a job of its own, with this environment (the
-  # admin key included); its arguments go through a NUL-separated file, so that no override needs quoting.
-  command -v sbatch >/dev/null || die "slurm --submit: no sbatch on this machine"
+  entry_prefix=(--config "$config" "${args[@]}")
+  submit_controller "$py" train "--cpus-per-task=4 --mem=32G" "$@"
+}
+
+entry_prefix=() # the entry's arguments before the user's overrides (slurm: the config and the scheduler)
+
+# Login nodes end long processes, and time limits and preemption end jobs: the controller runs as a job of
+# its own that requeues itself (slurm/requeue.py), with this environment (the admin key included); its
+# arguments (entry_prefix, then the overrides) go through a NUL-separated file, so that no override needs
+# quoting.
+submit_controller() { # python, entry (train|smoke), default sbatch options, [--max-requeues N] [--signal SIG@S] OVERRIDES...
+  local py="$1" entry="$2" default_sbatch="$3" max_requeues=10 warning="USR1@600" status=0
+  shift 3
+  while (($# > 0)); do
+    case "$1" in
+      --max-requeues) [[ "${2:-}" =~ ^[0-9]+$ ]] || die "$command --submit --max-requeues needs a number (e.g. 10)"; max_requeues="$2"; shift 2 ;;
+      --max-requeues=*) max_requeues="${1#*=}"; [[ "$max_requeues" =~ ^[0-9]+$ ]] || die "$command --submit --max-requeues needs a number (e.g. 10)"; shift ;;
+      --signal) warning="${2:-}"; shift 2 ;;
+      --signal=*) warning="${1#*=}"; shift ;;
+      *) break ;;
+    esac
+  done
+  [[ "$warning" =~ ^(SIG)?[A-Z0-9]+@[0-9]+$ ]] || die "$command --submit --signal $warning is not SIGNAL@SECONDS (e.g. USR1@600)"
+  command -v sbatch >/dev/null || die "$command --submit: no sbatch on this machine"
   export_user_key
-  local sbatch_opts="${TAU2_CONTROLLER_SBATCH:---cpus-per-task=4 --mem=32G}" status=0
-  # First the checks plain `slurm` makes before it starts anything, and whether a node can run the
-  # controller's own job (sinfo): a refused run submits nothing and leaves no file behind.
+  local sbatch_opts="${TAU2_CONTROLLER_SBATCH:-$default_sbatch}"
+  # First the checks the run makes before it starts anything, and whether a node can run the controller's
+  # own job (sinfo): a refused run submits nothing and leaves no file behind.
   (cd "$repo" && TAU2_CONTROLLER_SBATCH="$sbatch_opts" "$py" -m examples.tau2.slurm.controller_job --check \
-    --config "$config" "${args[@]}" "$@") || status=$?
+    --entry "$entry" "${entry_prefix[@]}" "$@") || status=$?
   if ((status != 0)); then
-    echo "tau2_rl.sh: slurm --submit: refused before sbatch (the problems above); nothing was submitted" >&2
+    echo "tau2_rl.sh: $command --submit: refused before sbatch (the problems above); nothing was submitted" >&2
     exit "$status"
   fi
-  echo "tau2_rl.sh: slurm --submit: the checks found no problem; submitting the controller's job" >&2
+  echo "tau2_rl.sh: $command --submit: the checks found no problem; submitting the controller's job" >&2
   mkdir -p "$run_dir"
-  local stamp log argfile
-  stamp="$(date +%Y%m%d-%H%M%S)"
+  local stamp log argfile job
+  stamp="$(date +%Y%m%d-%H%M%S)-$$"
   log="$run_dir/controller-$stamp.log"
   argfile="$run_dir/controller-$stamp.args"
-  (umask 077 && printf '%s\0' --config "$config" "${args[@]}" "$@" >"$argfile")
-  local job
+  (umask 077 && printf '%s\0' "${entry_prefix[@]}" "$@" >"$argfile")
   # shellcheck disable=SC2086 # TAU2_CONTROLLER_SBATCH holds several sbatch options
-  job="$(cd "$repo" && sbatch --parsable --job-name=tau2-controller --output="$log" $sbatch_opts \
-    --wrap "exec $(printf '%q' "$py") -m examples.tau2.slurm.controller_job $(printf '%q' "$argfile")")" || {
+  job="$(cd "$repo" && sbatch --parsable --job-name="tau2-controller-$entry" --output="$log" --open-mode=append \
+    --requeue "--signal=B:${warning#SIG}" $sbatch_opts \
+    --wrap "exec $(printf '%q' "$py") -m examples.tau2.slurm.controller_job --entry $entry --max-requeues $max_requeues --signal ${warning#SIG} $(printf '%q' "$argfile")")" || {
     rm -f "$argfile"
-    die "slurm --submit: sbatch refused the controller's job; nothing was submitted"
+    die "$command --submit: sbatch refused the controller's job; nothing was submitted"
   }
-  echo "tau2_rl.sh: the controller runs as SLURM job ${job%%;*}; its log: $log"
-  echo "tau2_rl.sh: follow it with: tail -f $log   stop it (and every job of the run) with: scancel ${job%%;*}"
+  job="${job%%;*}"
+  echo "controller: SLURM job $job, log $log"
+  local signal_name="${warning%@*}"
+  echo "tau2_rl.sh: it requeues itself on SLURM's warning (SIG${signal_name#SIG}, ${warning#*@} s before its time limit) and after a failure, at most $max_requeues times; follow it with: tail -f $log   stop it (and every job of the run) with: scancel $job"
 }
 
 cmd_slurm_local() { # a throw-away CPU-only SLURM on this machine (examples/tau2/slurm/local_cluster.py)
@@ -395,10 +425,18 @@ refuse_config_file() { # command
 
 cmd_smoke() { # the CPU smoke run (examples/tau2/cpu/SMOKE.md): no GPU, no API key
   refuse_config_file smoke
-  local py
+  local py submit=0
+  if [[ "${1:-}" == "--submit" ]]; then
+    submit=1
+    shift
+  fi
   py="$(cpu_python)"
   use_local_slurm # for `smoke scheduler.type=slurm`
   cd "$repo"
+  if ((submit == 1)); then # its controller as a SLURM job that requeues itself, as `slurm --submit`
+    submit_controller "$py" smoke "--cpus-per-task=1 --mem=2G" "$@"
+    exit 0
+  fi
   exec "$py" -m examples.tau2.cpu.smoke "$@" # config.yaml + configs/smoke_cpu.yaml, then the overrides
 }
 

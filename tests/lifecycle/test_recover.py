@@ -163,23 +163,98 @@ def test_atomic_handler_saves_to_next_then_swaps_in(tmp_path):
     assert (paths.checkpoints[0] / ".metadata").is_file() and not staged(paths.checkpoints[0]).exists()
 
 
-def test_recover_save_runs_after_the_stats_commit(monkeypatch):
-    """AReaL's `train` saves, evaluates, then commits the stats; the save moves after the commit."""
+def _trainer_saving_and_committing(monkeypatch, calls: list[str], steps: int = 4) -> object:
+    """A trainer whose AReaL save and commit only record the call; the run has `steps` steps."""
     from areal import PPOTrainer
 
-    calls: list[str] = []
     monkeypatch.setattr(PPOTrainer, "_save_recover_checkpoint",
-                        lambda self, epoch, epoch_step, global_step: calls.append(f"save {global_step}"))
+                        lambda self, epoch, epoch_step, global_step: calls.append(
+                            f"save {global_step}" if self.recover_handler.freq_ctl.check(epochs=0, steps=1)
+                            else f"no save {global_step}"))
     monkeypatch.setattr(PPOTrainer, "_export_and_commit_stats",
                         lambda self, epoch, epoch_step, global_step: calls.append(f"stats {global_step}"))
-    config = SimpleNamespace(recover=SimpleNamespace(fileroot="/x", experiment_name="e", trial_name="t"))
-    trainer = trainer_without_areal_init(monkeypatch, config)
+    config = SimpleNamespace(recover=SimpleNamespace(fileroot="/x", experiment_name="e", trial_name="t"),
+                             total_train_epochs=1, total_train_steps=None)
+    trainer = trainer_without_areal_init(monkeypatch, config, train_dataloader=[None] * steps)
     assert isinstance(trainer.recover_handler, AtomicRecoverHandler)
+    return trainer
+
+
+def test_recover_save_runs_after_the_stats_commit(monkeypatch):
+    """AReaL's `train` saves, evaluates, then commits the stats; the save moves after the commit."""
+    calls: list[str] = []
+    trainer = _trainer_saving_and_committing(monkeypatch, calls)
     for g in range(2):  # PPOTrainer.train's order (rl_trainer.py:797, :854)
         trainer._save_recover_checkpoint(0, g, g)
         calls.append(f"eval {g}")
         trainer._export_and_commit_stats(0, g, g)
     assert calls == ["eval 0", "stats 0", "save 0", "eval 1", "stats 1", "save 1"]
+
+
+def test_a_stop_request_saves_the_step_whatever_the_frequency_and_stops(monkeypatch):
+    """Asked to stop (SLURM's warning: slurm/requeue.py), the run saves the step it ends although
+    `recover.freq_steps` would not, and raises `StopRequested`; at the last step it just finishes."""
+    from examples.tau2.lifecycle import watchdog
+
+    control = watchdog.RunControl()
+    monkeypatch.setattr(watchdog, "CONTROL", control)
+    calls: list[str] = []
+    trainer = _trainer_saving_and_committing(monkeypatch, calls, steps=3)
+    never = SimpleNamespace(check=lambda epochs, steps: False, state_dict=dict, load_state_dict=print)
+    trainer.recover_handler.freq_ctl.inner = never  # recover.freq_steps: not due at any step
+    trainer._save_recover_checkpoint(0, 0, 0)
+    trainer._export_and_commit_stats(0, 0, 0)
+    assert calls == ["stats 0", "no save 0"] and control.last_step == 0 and control.first_step == 0
+    control.request_stop("SLURM's warning signal, 300 s before the time limit", within_s=60)
+    trainer._save_recover_checkpoint(0, 1, 1)
+    with pytest.raises(watchdog.StopRequested, match="300 s before the time limit; stopped after step 2, its "
+                                                     "state saved"):
+        trainer._export_and_commit_stats(0, 1, 1)
+    assert calls[2:] == ["stats 1", "save 1"] and control.last_step == 1
+    trainer._save_recover_checkpoint(0, 2, 2)
+    trainer._export_and_commit_stats(0, 2, 2)  # the last step: nothing left to stop for
+    assert calls[4:] == ["stats 2", "no save 2"] and control.finished
+
+
+def test_a_clean_up_that_fails_during_an_exception_does_not_hide_its_cause(monkeypatch, caplog):
+    """A worker job cancelled mid-run: the watchdog raises `WorkerJobEnded`, then AReaL's `close` calls the
+    dead workers and fails too; the caller sees the first cause (slurm/requeue.py classifies it)."""
+    from areal import PPOTrainer
+
+    def close(self):
+        raise RuntimeError("Worker 'rollout/*' failed with exit code -1\nStderr output: ...")
+
+    from examples.tau2.training import trainer as trainer_module
+
+    monkeypatch.setattr(PPOTrainer, "close", close)
+    trainer_module.logger.addHandler(caplog.handler)  # AReaL replaces the root logger caplog listens on
+    config = SimpleNamespace(recover=SimpleNamespace(fileroot="/x", experiment_name="e", trial_name="t"))
+    trainer = trainer_without_areal_init(monkeypatch, config)
+    with pytest.raises(tau2_watchdog.WorkerJobEnded, match="SLURM job 9"), trainer:
+        raise tau2_watchdog.WorkerJobEnded("SLURM job 9 (e_t:rollout) is CANCELLED on n1")
+    assert ("the clean-up after WorkerJobEnded failed too: RuntimeError: Worker 'rollout/*' failed with exit "
+            "code -1") in caplog.text
+    with pytest.raises(RuntimeError, match="exit code -1"), trainer:  # no exception: the failure is raised
+        pass
+    trainer_module.logger.removeHandler(caplog.handler)
+
+
+def test_run_control_knows_progress_and_when_a_stop_is_overdue(monkeypatch):
+    from examples.tau2.lifecycle.watchdog import RunControl
+
+    control, seen = RunControl(resumed_from=1), []
+    control.on_first_step = lambda: seen.append(control.first_step)
+    assert not control.made_progress and control.overdue() == ""
+    control.committed(2, saved=1)
+    control.committed(3, saved=None)
+    assert seen == [2] and control.last_step == 3 and control.saved_step == 1 and not control.made_progress
+    control.committed(4, saved=4)
+    assert control.made_progress
+    control.request_stop("preempted", within_s=0.0)
+    control.request_stop("a second request keeps the first", within_s=100.0)
+    time.sleep(0.01)
+    assert control.overdue() == "preempted: the run did not reach the end of a step in time; stopping it now"
+    assert not RunControl().made_progress and RunControl(saved_step=0).made_progress
 
 
 def test_watchdog_interrupts_once_a_server_has_refused_for_long_enough(monkeypatch, closed_port):

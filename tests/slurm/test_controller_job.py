@@ -34,11 +34,11 @@ def script_env(run_dir: Path, **more: str) -> dict[str, str]:
     return {**env, "TAU2_PYTHON": sys.executable, "TAU2_RUN_DIR": str(run_dir), **more}
 
 
-def test_arguments_are_read_once_and_the_file_removed(tmp_path):
+def test_arguments_are_read_as_one_each_and_the_file_kept_for_a_requeue(tmp_path):
     args = tmp_path / "args"
     args.write_bytes(b"--config\0/x.yaml\0rollout.agent.admin_api_key=s3cret\0a b=c\0")
     assert read_args(args) == ["--config", "/x.yaml", "rollout.agent.admin_api_key=s3cret", "a b=c"]
-    assert not args.exists()
+    assert read_args(args) == read_args(args)  # every incarnation of the job reads it
 
 
 def test_the_controller_request_is_read_from_its_sbatch_options():
@@ -110,14 +110,17 @@ def test_submit_runs_the_controller_as_a_job_and_says_where_its_log_is(tmp_path)
                          TAU2_CONTROLLER_SBATCH="--cpus-per-task=1 --mem=2G --hold")
         done = submit(env, *accepted)
         assert done.returncode == 0, done.stderr
-        assert "the checks found no problem; submitting the controller's job" in done.stderr
-        job = int(re.search(r"the controller runs as SLURM job (\d+); its log: (\S+)", done.stdout).group(1))
-        log = Path(re.search(r"its log: (\S+)", done.stdout).group(1))
+        assert "slurm --submit: the checks found no problem; submitting the controller's job" in done.stderr
+        job = int(re.search(r"^controller: SLURM job (\d+), log (\S+)$", done.stdout, re.M).group(1))
+        log = Path(re.search(r"^controller: SLURM job \d+, log (\S+)$", done.stdout, re.M).group(1))
         assert log.parent == tmp_path and f"scancel {job}" in done.stdout
         [args] = tmp_path.glob("controller-*.args")
         assert args.stat().st_mode & 0o777 == 0o600
         script = queue.run("scontrol", "write", "batch_script", str(job), "-")
         assert "examples.tau2.slurm.controller_job" in script and "s3cret-admin-key" not in script
+        assert "--entry train --max-requeues 10 --signal USR1@600 " in script  # slurm/requeue.py's defaults
+        shown = queue.run("scontrol", "show", "job", str(job))
+        assert "Requeue=1" in shown and f"StdOut={log}" in shown
         gone.write_text("")  # a file where the run's folder would go
         queue.run("scontrol", "release", str(job))
         wait_until(lambda: not queue.query_jobs([job])[job].active, 120, "the controller's job to end")

@@ -1,17 +1,17 @@
-"""The CI-sized smoke run through a real SLURM (`tau2_rl.sh smoke scheduler.type=slurm`), with a fault, on
-the example domain of docs/own_domain.md (`library`, from the module `library_desk` on PYTHONPATH): every
-worker imports the module on its node, and the domain trains and passes as a built-in one does (the local
-smoke runs of tests/cpu/test_smoke_faults.py train on mock).
+"""The CI-sized smoke run through a real SLURM, its controller a job that outlives its job
+(`tau2_rl.sh smoke --submit scheduler.type=slurm`, slurm/requeue.py), on the example domain of
+docs/own_domain.md (`library`, from the module `library_desk` on PYTHONPATH): every worker imports the
+module on its node, and the domain trains and passes as a built-in one does.
 
-The actor and rollout roles go out as `sbatch` jobs and their workers run under `srun`, natively. On one
-node, `scancel` of the rollout job after step 1 was saved stops the run and leaves nothing of it; on two
-nodes (the trainer on one, the vLLM server and proxies on the other) the same command resumes at step 2
-and passes every check a smoke run promises (`smoke_support.check_passing_run`), the served prompt at
-every step included. One whole run costs minutes on 2 cores, so the rest of the SLURM path is tested
-where it is cheap, against the same real SLURM (tests/slurm/test_scheduler.py): workers and a forked
-proxy through the apptainer command line (a stand-in `singularity` that checks it and runs it), `kill -9`
-of a controller that submitted real jobs (its reaper cancels them), a worker that dies at start, pending
-jobs, jobs no node can run.
+The controller, the actor and the rollout roles go out as `sbatch` jobs on two nodes of 2 CPUs; the
+workers run under `srun`, natively. One run of 4 steps meets, one after the other: a short `--time` limit
+twice (SLURM's warning comes at each start; the run saves after the step in progress and requeues itself),
+`scontrol requeue` of the controller job after a save (SIGTERM, no warning), and `scancel` of the rollout
+job in the middle of a step; each time the next incarnation resumes from the saved step, and the last
+passes every check a smoke run promises (`smoke_support.check_passing_run`), with no job of the run left.
+A run whose worker cannot start is requeued twice, then stops with the cause and leaves nothing queued.
+One whole run costs minutes on 2 cores, so the rest of the SLURM path is tested where it is cheap, against
+the same real SLURM (tests/slurm/test_scheduler.py).
 
 It runs with its own seed, in its own xdist group (tests/conftest.py): AReaL draws its ports from
 `random` seeded with it, so it never picks the ports of the local smoke runs beside it.
@@ -23,6 +23,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -31,25 +32,17 @@ import pytest
 from examples.tau2.cpu.smoke import SUMMARY_FILE
 from examples.tau2.slurm import queue
 from examples.tau2.slurm.registry import JobRegistry, job_name_prefix
+from examples.tau2.slurm.requeue import Cause, Journal
 from tests.cpu.smoke_support import (
     REPO,
-    RUN_TIMEOUT_S,
     check_passing_run,
-    check_trained_step,
-    finish,
     format_result_for_log,
-    kill_all,
-    processes_of,
-    saved_step_1,
     smoke_command,
-    start,
-    stats_rows,
     stats_steps,
-    wait_for,
 )
-from tests.slurm.support import slurm, wait_until
+from tests.slurm.support import slurm
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(2 * RUN_TIMEOUT_S + 300)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 EXPERIMENT = "tau2-smoke-cpu"
 SEED = "seed=7"
@@ -57,79 +50,127 @@ SEED = "seed=7"
 OWN_DOMAIN = REPO / "examples" / "tau2" / "docs" / "own_domain"
 LIBRARY = ("econfig.domain=library", "econfig.domain_modules=[library_desk]", "econfig.train_split=train")
 """docs/own_domain.md's smoke command."""
+SCRIPT = REPO / "examples" / "tau2" / "tau2_rl.sh"
+INCARNATION_TIMEOUT_S = 420
 
 
-def own_domain_env() -> dict[str, str]:
-    """This process's environment as it is now (the local SLURM's SLURM_CONF included), with the example
-    domain's folder on PYTHONPATH."""
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(OWN_DOMAIN), os.environ.get(
-        "PYTHONPATH", "")) if p)}
+def submit_env(tmp_path: Path, sbatch: str) -> dict[str, str]:
+    """This process's environment (the local SLURM's SLURM_CONF included), the example domain's folder on
+    PYTHONPATH, this interpreter, the controller's log and arguments under `tmp_path`."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TAU2_CONFIG",)}
+    path = os.pathsep.join(p for p in (str(OWN_DOMAIN), env.get("PYTHONPATH", "")) if p)
+    return {**env, "PYTHONPATH": path,
+            "TAU2_PYTHON": sys.executable, "TAU2_RUN_DIR": str(tmp_path / "run"),
+            "TAU2_CONTROLLER_SBATCH": sbatch}
 
 
-def run_jobs(root: Path) -> list[queue.JobStatus]:
-    """The run's jobs SLURM still holds or waits to start."""
+def submit_smoke(tmp_path: Path, sbatch: str, flags: tuple[str, ...], *overrides: str) -> tuple[int, Path]:
+    """`tau2_rl.sh smoke --submit FLAGS` with the CI-sized run under `tmp_path` and `overrides`: (job id,
+    log)."""
+    smoke = smoke_command(tmp_path, "scheduler.type=slurm", SEED, *LIBRARY, *overrides)[3:]  # the overrides
+    done = subprocess.run(["bash", str(SCRIPT), "smoke", "--submit", *flags, *smoke], cwd=REPO, text=True,
+                          capture_output=True, env=submit_env(tmp_path, sbatch), timeout=300)
+    assert done.returncode == 0, done.stderr[-5000:]
+    m = re.search(r"^controller: SLURM job (\d+), log (\S+)$", done.stdout, re.MULTILINE)
+    assert m, done.stdout
+    return int(m.group(1)), Path(m.group(2))
+
+
+def run_jobs() -> list[queue.JobStatus]:
+    """The run's worker jobs SLURM still holds or waits to start."""
     return [j for j in queue.jobs_named(job_name_prefix(EXPERIMENT, "run")) if j.active]
 
 
-def registry(root: Path) -> JobRegistry:
-    return JobRegistry.of_trial(str(root), EXPERIMENT, "run")
+def saved_step(root: Path) -> int:
+    """The last saved step (1-based; 0: none)."""
+    info = list((root / "checkpoints").glob("*/*/*/recover_info/step_info.json"))
+    return json.loads(info[0].read_text())["global_step"] + 1 if info else 0
 
 
-def resume_and_pass(cmd: list[str], root: Path, env: dict[str, str] | None = None) -> tuple[dict, str]:
-    """The rerun of `cmd`: it resumes at step 2 and passes every smoke check; (summary, output)."""
-    log = root / "second.log"
-    started = time.monotonic()
-    out = finish(start(cmd, log, env), log, root)
-    assert "tau2 CPU smoke run: PASSED" in out, out[-8000:]
-    assert re.search(r"resuming: the state saved after step 1 is in .*; training continues at step 2", out)
-    assert stats_steps(root) == [0, 1]  # each step once: step 1 from the first run, step 2 resumed
-    assert "eval-rollout" not in out  # no validation set: no evaluation workers or proxies
-    summary = json.loads(next(root.glob(f"logs/**/{SUMMARY_FILE}")).read_text())
-    print(format_result_for_log(summary, time.monotonic() - started))
-    check_passing_run(summary, root)
-    assert not run_jobs(root)
-    return summary, out
+def wait_on(job: int, log: Path, predicate, what: str, timeout_s: float = INCARNATION_TIMEOUT_S) -> float:
+    """Seconds until `predicate()`; fails with the log's tail if the controller job ends first."""
+    start = time.monotonic()
+    while not predicate():
+        status = queue.query_jobs([job]).get(job)
+        if status is not None and not status.active:
+            pytest.fail(f"the controller job ended ({status.state}) before {what}:\n"
+                        f"{log.read_text()[-6000:]}")
+        if time.monotonic() - start > timeout_s:
+            pytest.fail(f"no {what} within {timeout_s:.0f} s:\n{log.read_text()[-6000:]}")
+        time.sleep(0.5)
+    return time.monotonic() - start
 
 
-def test_scancel_of_the_rollout_job_stops_the_run_and_the_rerun_resumes_on_two_nodes_and_passes(tmp_path):
-    """The documented command (`tau2_rl.sh smoke scheduler.type=slurm`: workers natively, as
-    `configs/smoke_cpu.yaml` says). On one node, step 1 trains and passes its checks; after its save,
-    `scancel` of the rollout job stops the controller within seconds, naming the job and its state, and no
-    job or process of the run is left. The cluster then comes back with two nodes of 2 CPUs (as after a
-    maintenance): the trainer's job (2 CPUs) fills n1, the rollout job runs on n2, and the same command
-    resumes at step 2 and passes every check."""
-    cmd = smoke_command(tmp_path, "scheduler.type=slurm", SEED, *LIBRARY)
-    with slurm(nodes=1, cpus=4):  # sets SLURM_CONF: the run's environment is taken inside
-        log = tmp_path / "first.log"
-        first = start(cmd, log, own_domain_env())
-        try:
-            waited = wait_for(lambda: saved_step_1(tmp_path), first, log, RUN_TIMEOUT_S,
-                              "saved state of step 1")
-            check_trained_step(stats_rows(tmp_path)[0])
-            rollout = registry(tmp_path).entries()["rollout"]["job_id"]
-            queue.run("scancel", str(rollout))
-            cancelled = time.monotonic()
-            try:
-                first.wait(timeout=180)
-            except subprocess.TimeoutExpired:
-                pytest.fail("the run did not stop after its rollout job was cancelled:\n"
-                            + log.read_text()[-5000:])
-            stopped_s = time.monotonic() - cancelled
-            out = log.read_text()
-            assert first.returncode != 0
-            assert re.search(rf"SLURM job {rollout} \({EXPERIMENT}_run:rollout\) is CANCELLED.* on n1: the "
-                             r"rollout workers are gone \(log .*rollout\.log\)", out), out[-5000:]
-            gone_s = wait_until(lambda: not run_jobs(tmp_path) and not processes_of(tmp_path), 60,
-                                "the run's leftovers gone")
-            print(f"scancel of the rollout job {waited:.0f} s into the run: the controller exited with "
-                  f"{first.returncode} {stopped_s:.1f} s later; no job or process of the run left "
-                  f"{stopped_s + gone_s:.1f} s after the scancel")
-        finally:
-            kill_all(first, tmp_path)
+def job_ended(job: int) -> bool:
+    status = queue.query_jobs([job]).get(job)
+    return status is not None and not status.active
+
+
+def test_the_controller_job_outlives_two_time_limits_a_requeue_and_a_lost_worker(tmp_path):
+    """Two nodes of 2 CPUs: the controller (1 CPU), the trainer (2) and the vLLM server (1) fill them.
+    `--time=5` with the warning 270 s before it: SLURM signals each incarnation as it starts, so each one
+    trains one step, saves it and requeues the job (the time limit, twice). Then the limit goes up to 30
+    minutes, and once step 3 is saved `scontrol requeue` ends the third incarnation with SIGTERM (in step
+    4); the fourth resumes at step 4 and loses its rollout job to `scancel` mid-step; the fifth trains
+    step 4 and passes every smoke check."""
     with slurm(nodes=2, cpus=2, mem_mb=12288):
-        summary, _ = resume_and_pass(cmd, tmp_path, own_domain_env())
+        job, log = submit_smoke(tmp_path, "--cpus-per-task=1 --mem=2G --time=5", ("--signal", "USR1@270"),
+                                "total_train_epochs=2", "total_train_steps=4")
+        journal = Journal.beside(log.with_suffix(".args"))
+        wait_on(job, log, lambda: len(journal.endings()) >= 2, "two requeues at the time limit", 900)
+        queue.run("scontrol", "update", f"JobId={job}", "TimeLimit=30")
+        wait_on(job, log, lambda: saved_step(tmp_path) >= 3, "step 3 saved")
+        queue.run("scontrol", "requeue", str(job))
+        wait_on(job, log, lambda: log.read_text().count("role rollout: SLURM job") >= 4,
+                "the fourth incarnation's workers")
+        rollout = JobRegistry.of_trial(str(tmp_path), EXPERIMENT, "run").entries()["rollout"]["job_id"]
+        time.sleep(5)  # into step 4
+        queue.run("scancel", str(rollout))
+        wait_on(job, log, lambda: job_ended(job), "the run's end", 2 * INCARNATION_TIMEOUT_S)
+        out = log.read_text()
+        assert queue.query_jobs([job])[job].state == "COMPLETED", out[-6000:]
+        assert "tau2 CPU smoke run: PASSED" in out, out[-6000:]
+        assert not run_jobs()
+    endings = journal.endings()
+    assert [e.cause for e in endings] == [Cause.TIME_LIMIT, Cause.TIME_LIMIT, Cause.TERMINATED,
+                                          Cause.WORKER_LOST], endings
+    assert [e.saved_step for e in endings] == [1, 2, 3, 3] and [e.steps_lost for e in endings] == [0, 0, 0, 0]
+    assert all(e.signal_at is not None for e in endings[:2])
+    assert f"SLURM job {rollout} ({EXPERIMENT}_run:rollout) is CANCELLED" in endings[3].detail
+    for n, (cause, step) in enumerate([("time limit", 2), ("time limit", 3), ("terminated by SLURM", 4),
+                                       ("worker job lost", 4)], start=1):
+        assert f"controller_job: SLURM job {job} on " in out and f", incarnation {n + 1}\n" in out
+        assert re.search(rf"controller_job: requeue {n} \({re.escape(cause)}\): step {step} trained "
+                         r"[\d.]+ s after", out), out[-6000:]
+    for line in re.findall(r"controller_job: requeue \d+ \(.*", out):
+        print(line)
+    assert stats_steps(tmp_path) == [0, 1, 2, 3]  # each step once
+    assert not list(log.parent.glob("*.args"))  # the run ended for good: its arguments go
+    summary = json.loads(next(tmp_path.glob(f"logs/**/{SUMMARY_FILE}")).read_text())
+    print(format_result_for_log(summary, 0.0))
+    check_passing_run(summary, tmp_path)
     dumped = {json.loads(p.read_text())["domain"] for p in (tmp_path / "tau2_dumps").rglob("*.json")}
     assert dumped == {"library"}, dumped
-    placement = " | ".join(summary["placement"])
-    assert re.search(r"role actor: SLURM job \d+ on n1 \(RUNNING\)", placement), placement
-    assert re.search(r"role rollout: SLURM job \d+ on n2 \(RUNNING\)", placement), placement
+    nodes = set(re.findall(r"role (?:actor|rollout): SLURM job \d+ on (n\d) \(RUNNING\)",
+                           " | ".join(summary["placement"])))
+    assert nodes == {"n1", "n2"}, summary["placement"]
+
+
+def test_a_run_that_fails_at_start_is_requeued_twice_then_stops_with_the_cause(tmp_path):
+    """The trainer's worker cannot start (no such module): each incarnation fails at start and saves
+    nothing; after two requeues without a new saved step the controller stops for good, naming the cause,
+    and nothing of the run is left queued."""
+    with slurm(nodes=1, cpus=4):
+        job, log = submit_smoke(tmp_path, "--cpus-per-task=1 --mem=2G", ("--max-requeues", "10"),
+                                "actor.scheduling_spec.0.cmd=python3 -m no_such_module")
+        wait_on(job, log, lambda: job_ended(job), "the controller's end", 900)
+        out = log.read_text()
+        assert queue.query_jobs([job])[job].state == "FAILED", out[-6000:]
+        assert not run_jobs() and not [j for j in queue.jobs_named("") if j.active]
+    endings = Journal.beside(log.with_suffix(".args")).endings()
+    assert [(e.restart, e.cause, e.progress, e.requeued) for e in endings] == [
+        (0, Cause.FAILED, False, True), (1, Cause.FAILED, False, True), (2, Cause.FAILED, False, False)]
+    assert "WorkerFailedError" in endings[-1].detail and "No module named no_such_module" in out
+    assert re.search(r"controller_job: stopped for good after failed \(WorkerFailedError: .*\); no step "
+                     r"saved; not requeued: the last 2 requeues saved no new step", out), out[-6000:]
+    assert not list(log.parent.glob("*.args"))

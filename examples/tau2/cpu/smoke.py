@@ -28,6 +28,7 @@ import secrets
 import shutil
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -361,16 +362,19 @@ def log_progress() -> None:
                     tau2_trainer.logger, watchdog.logger, logging.getLogger("tau2_areal.slurm"))
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+def preflight(argv: list[str],
+              more: Sequence[str] = ()) -> tuple[tuple[Tau2SmokeConfig, Path, list[str]] | None, int]:
+    """Everything `main` checks before it starts anything (with `more`: `smoke --submit`'s own problems,
+    slurm/controller_job.py). Returns ((config, its file, the overrides), 0) when the run may start; else
+    (None, the exit status: 1 problems, 2 config)."""
     try:
         config, config_file, overrides = load_smoke_config(argv)
     except SmokeConfigError as e:
         print(f"smoke: {e}", file=sys.stderr)
-        return 2
+        return None, 2
     if config.scheduler.type == "slurm" and (problem := unreachable()):
         print(f"smoke: {problem}", file=sys.stderr)  # first: the other checks take seconds to import
-        return 1
+        return None, 1
     setup_runtime(config.econfig.tau2_log_level)
     log_progress()
     from examples.tau2.lifecycle.validate import check_run_domains
@@ -378,13 +382,21 @@ def main(argv: list[str] | None = None) -> int:
     if domain_problems := check_run_domains(config.econfig):
         for e in domain_problems:
             print(f"smoke: {e}", file=sys.stderr)
-        return 2
-    errors = check_config(config)
+        return None, 2
+    errors = [*check_config(config), *more]
     if errors:
         for e in errors:
             print(f"smoke: {e}", file=sys.stderr)
         print(f"smoke: {len(errors)} problem(s); nothing was started", file=sys.stderr)
-        return 1
+        return None, 1
+    return (config, config_file, overrides), 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    loaded, status = preflight(list(sys.argv[1:] if argv is None else argv))
+    if loaded is None:
+        return status
+    config, config_file, overrides = loaded
     exit_on_sigterm()
     try:
         result = run(config_file, overrides, config)

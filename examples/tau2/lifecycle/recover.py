@@ -38,6 +38,7 @@ from areal.utils.recover import RecoverHandler
 from areal.utils.saver import Saver
 
 from examples.tau2.lifecycle.reaper import cancel_jobs, stop_leftover_workers
+from examples.tau2.lifecycle.watchdog import CONTROL
 from examples.tau2.runtime.files import write_atomic
 
 logger = logging.getLogger("tau2_areal.recover")
@@ -226,6 +227,28 @@ def record_controller(paths: RecoverPaths) -> None:
         "argv": sys.argv}))
 
 
+class SaveWhenAsked:
+    """AReaL's save frequency (`EpochStepTimeFreqCtl`), plus one save when asked: a run told to stop saves
+    the step it ends (`Tau2PPOTrainer._export_and_commit_stats`) whatever `recover.freq_*` say."""
+
+    def __init__(self, inner: Any):
+        self.inner, self.asked = inner, False
+
+    def save_next(self) -> None:
+        self.asked = True
+
+    def check(self, epochs: int, steps: int) -> bool:
+        due = self.inner.check(epochs=epochs, steps=steps)  # keeps AReaL's counters going either way
+        asked, self.asked = self.asked, False
+        return due or asked
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.inner.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.inner.load_state_dict(state)
+
+
 class AtomicRecoverHandler(RecoverHandler):
     """AReaL's recover handler writing each save to `.next` directories and swapping them in at once.
 
@@ -244,7 +267,7 @@ class AtomicRecoverHandler(RecoverHandler):
     def adopt(cls, handler: RecoverHandler, paths: RecoverPaths) -> AtomicRecoverHandler:
         """The same handler state (frequency timers, last step) with atomic saves."""
         new = cls(handler.config, handler.ft_spec, paths)
-        new.freq_ctl, new.last_step_info = handler.freq_ctl, handler.last_step_info
+        new.freq_ctl, new.last_step_info = SaveWhenAsked(handler.freq_ctl), handler.last_step_info
         return new
 
     def recover_info_path(self, *_: Any) -> str:  # type: ignore[override]
@@ -374,6 +397,7 @@ def prepare_resume(config: Any, stats_path: Path | None = None, restart_finished
             logger.info("moved %d episode dump file(s) of rollouts this run does not continue (written "
                         "after the saved state, or by an earlier run of the trial) to %s", moved, moved_to)
     record_controller(paths)
+    CONTROL.resumed_from = CONTROL.saved_step = state.global_step if state is not None else None
     return ResumePlan(state, stopped, repaired, dropped, moved, moved_to)
 
 

@@ -12,16 +12,22 @@ cancelled the controller waits on it. `Tau2PPOTrainer.train` runs two watchdogs 
 
 A watchdog interrupts the main thread; if that does not end the run within a minute (SIGINT is ignored in
 jobs started with `&` by a non-interactive shell), it stops the child processes and exits with status 1.
+
+`CONTROL` is how something outside the loop asks the run to stop at its next safe point, and learns which
+steps it committed and saved: SLURM's warning signal before a time limit (`slurm/requeue.py`) sets a stop
+request; the trainer then saves after the step in progress and raises `StopRequested`.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import signal
 import socket
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 logger = logging.getLogger("tau2_areal.recover")
 
@@ -31,6 +37,67 @@ class InferenceServerDied(RuntimeError):
 
 class WorkerJobEnded(RuntimeError):
     """A SLURM job of the run's workers ended (cancelled, failed, node lost) during training."""
+
+
+class StopRequested(RuntimeError):
+    """The run stopped because it was asked to (`RunControl.request_stop`): at a step's end after saving
+    it, or wherever it was when the request's deadline passed (then the steps since the last save run
+    again)."""
+
+
+@dataclass
+class RunControl:
+    """Between the training loop (`training/trainer.py`, `lifecycle/recover.py`) and what watches it from
+    outside the loop: a request to stop at the next safe point, and where the loop is. Steps are AReaL's
+    0-based global steps."""
+
+    stop_reason: str = ""
+    """Why the run was asked to stop ('' while it was not)."""
+    stop_by: float = math.inf
+    """`time.monotonic()` by which the run should have stopped; past it, `overdue` says so."""
+    resumed_from: int | None = None
+    """The saved step this process resumed from (None: it started at step 1, or has not got that far)."""
+    first_step: int | None = None
+    """The first step this process committed, and when (`time.time()`)."""
+    first_step_at: float | None = None
+    last_step: int | None = None
+    """The last step this process committed (its stats written)."""
+    saved_step: int | None = None
+    """The last step whose state is saved (set at resume and at each save)."""
+    finished: bool = False
+    """Every step of the run is trained: nothing is left to stop for."""
+    on_first_step: Callable[[], None] | None = None
+    """Called once this process commits its first step (e.g. to log how long a resume took)."""
+
+    def request_stop(self, reason: str, within_s: float) -> None:
+        if not self.stop_reason:
+            self.stop_reason, self.stop_by = reason, time.monotonic() + within_s
+
+    def overdue(self) -> str:
+        """A sentence once a stop was requested and its deadline has passed, else ''."""
+        if self.stop_reason and not self.finished and time.monotonic() > self.stop_by:
+            return f"{self.stop_reason}: the run did not reach the end of a step in time; stopping it now"
+        return ""
+
+    def committed(self, step: int, saved: int | None) -> None:
+        first = self.first_step is None
+        if first:
+            self.first_step, self.first_step_at = step, time.time()
+        self.last_step = step
+        if saved is not None:
+            self.saved_step = saved
+        if first and self.on_first_step is not None:
+            self.on_first_step()
+
+    @property
+    def made_progress(self) -> bool:
+        """Whether this process saved a step beyond the one it resumed from."""
+        return self.saved_step is not None and self.saved_step > (
+            -1 if self.resumed_from is None else self.resumed_from)
+
+
+CONTROL = RunControl()
+"""This process's run (one training run per process)."""
 
 
 def interrupt_main_thread() -> None:

@@ -118,13 +118,24 @@ def stop_descendants(log: logging.Logger | None = None, timeout_s: float = 15.0)
     return pids
 
 
+ON_SIGTERM: list[Callable[[], None]] = []
+"""Called first when SIGTERM arrives, before the clean-up (which SLURM may cut short with SIGKILL): the
+controller job notes it in its journal (slurm/controller_job.py)."""
+
+
 def exit_on_sigterm() -> None:
     """Turn SIGTERM into `SystemExit(143)` in the main thread, so that the run's clean-up runs as on any
     other exit: AReaL stops its workers, the entry point cancels the run's SLURM jobs. It is what `kill`
-    sends, and what SLURM sends a job it cancels (the controller as a job: `tau2_rl.sh slurm --submit`)."""
+    sends, and what SLURM sends a job it cancels or requeues (the controller as a job: `tau2_rl.sh slurm
+    --submit`)."""
 
     def leave(signum: int, frame: object) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
+        for hook in ON_SIGTERM:
+            try:
+                hook()
+            except Exception:  # noqa: BLE001 - a note must not keep the run from stopping
+                logging.getLogger(__name__).exception("a SIGTERM hook failed")
         raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, leave)

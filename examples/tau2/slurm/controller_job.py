@@ -1,31 +1,49 @@
-"""The training controller as a SLURM job of its own (`tau2_rl.sh slurm --submit`): login nodes end long
-processes, and a job's controller outlives the user's session.
+"""The training controller as a SLURM job of its own (`tau2_rl.sh slurm --submit`, `smoke --submit`): login
+nodes end long processes, and a job's controller outlives the user's session, its time limit and
+preemption (it requeues itself: slurm/requeue.py).
 
-    python -m examples.tau2.slurm.controller_job --check [TAU2_TRAIN ARGS...]
-    python -m examples.tau2.slurm.controller_job ARGFILE
+    python -m examples.tau2.slurm.controller_job --check [--entry train|smoke] [ARGS...]
+    python -m examples.tau2.slurm.controller_job [--entry train|smoke] [--max-requeues N] [--signal SIG@S] \\
+        ARGFILE
 
-`--check`, run by `tau2_rl.sh` before `sbatch`: the pre-flight of `tau2_train.py` (the config, the add-ons'
-services: what plain `tau2_rl.sh slurm` checks before it starts anything), and whether a node can ever run
-the controller's own job as `TAU2_CONTROLLER_SBATCH` asks (its `--cpus-per-task`, `--mem` and
-`--partition`, against `sinfo`). It prints the problems, one sentence each; exit status 0 means submit.
+`--check`, run by `tau2_rl.sh` before `sbatch`: the entry's own pre-flight (`tau2_train.py`'s: the
+config, the add-ons' services: what plain `tau2_rl.sh slurm` checks before it starts anything; or the smoke
+run's), and whether a node can ever run the controller's own job as `TAU2_CONTROLLER_SBATCH` asks (its
+`--cpus-per-task`, `--mem` and `--partition`, against `sinfo`). It prints the problems, one sentence each;
+exit status 0 means submit.
 
-ARGFILE holds `tau2_train.py`'s arguments, NUL-separated, written by `tau2_rl.sh` readable only by its
-user (any override, however quoted, stays one argument; the proxy's admin key comes with the job's
-environment, `TAU2_ADMIN_KEY`, never on a command line); it is deleted once read. The
-controller then runs as `tau2_train.py` does; `scancel` of this job sends it SIGTERM, on which it stops its
-workers and cancels their jobs (`runtime.process.exit_on_sigterm`), as on any other exit.
+ARGFILE holds the entry's arguments, NUL-separated, written by `tau2_rl.sh` readable only by its user (any
+override, however quoted, stays one argument; the proxy's admin key comes with the job's environment,
+`TAU2_ADMIN_KEY`, never on a command line). Every incarnation of the job reads it; it is deleted when the
+run ends for good (finished, refused, or not requeued again). The controller runs as the entry does;
+`scancel` of this job sends it SIGTERM, on which it stops its workers and cancels their jobs
+(`runtime.process.exit_on_sigterm`), as on any other exit; SLURM's warning signal and a failure during the
+run make it requeue its own job (slurm/requeue.py).
 """
 
 from __future__ import annotations
 
+import argparse
+import importlib
+import logging
 import os
 import re
+import signal
 import sys
+import traceback
 from pathlib import Path
 
-from examples.tau2.runtime.process import exit_after
-from examples.tau2.slurm import queue
+from examples.tau2.lifecycle.watchdog import CONTROL, InferenceServerDied, StopRequested, WorkerJobEnded
+from examples.tau2.runtime.process import ON_SIGTERM, console_logging, exit_after
+from examples.tau2.slurm import queue, requeue
 from examples.tau2.slurm.plan import JobRequest, unschedulable
+from examples.tau2.slurm.requeue import Cause, Journal, WarningSignal
+
+logger = logging.getLogger("tau2_areal.slurm")
+
+ENTRIES = {"train": "examples.tau2.tau2_train", "smoke": "examples.tau2.cpu.smoke"}
+"""What a controller job runs: the module whose `main(argv)` it calls and whose `preflight` checks it
+(named, not imported here: the smoke run is a CPU add-on, above this one)."""
 
 SBATCH_ENV = "TAU2_CONTROLLER_SBATCH"
 DEFAULT_SBATCH = "--cpus-per-task=4 --mem=32G"
@@ -37,12 +55,8 @@ _MB_PER_UNIT = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
 
 
 def read_args(path: Path) -> list[str]:
-    """The arguments in `path` (NUL-separated), which is then removed."""
-    try:
-        data = path.read_bytes()
-    finally:
-        path.unlink(missing_ok=True)
-    return [a.decode() for a in data.split(b"\0") if a]
+    """The arguments in `path` (NUL-separated); the file stays for the job's next incarnation."""
+    return [a.decode() for a in path.read_bytes().split(b"\0") if a]
 
 
 def sbatch_values(options: str) -> dict[str, str]:
@@ -117,33 +131,94 @@ def controller_problem(options: str) -> str:
 
 
 def check(argv: list[str]) -> int:
-    """`tau2_rl.sh slurm --submit` before `sbatch`: `tau2_train`'s own pre-flight of the run (a `--dry-run`
-    in `argv` is left to the job; the run is checked as it would start), with the controller job's request
+    """`tau2_rl.sh slurm --submit` before `sbatch`: the entry's own pre-flight of the run (a `--dry-run` in
+    `argv` is left to the job; the run is checked as it would start), with the controller job's request
     among its problems. Prints them; 0 means submit."""
-    from examples.tau2 import tau2_train
-    from examples.tau2.settings.config import pop_dry_run
-
-    _, argv = pop_dry_run(argv)
+    entry = "train"
+    if argv[:1] == ["--entry"] and len(argv) > 1:
+        entry, argv = argv[1], argv[2:]
+    module = importlib.import_module(ENTRIES[entry])
     controller = controller_problem(os.environ.get(SBATCH_ENV) or DEFAULT_SBATCH)
-    _, status = tau2_train.preflight(argv, more=[controller] if controller else [])
+    more = [controller] if controller else []
+    if entry == "train":
+        from examples.tau2.settings.config import pop_dry_run
+
+        _, argv = pop_dry_run(argv)
+    _, status = module.preflight(argv, more=more)
     if status == 2 and controller:  # a config that does not load: the request is still worth knowing
         print(f"controller_job: {controller}", file=sys.stderr)
     return status
+
+
+def parse_job_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m examples.tau2.slurm.controller_job")
+    parser.add_argument("--entry", choices=sorted(ENTRIES), default="train")
+    parser.add_argument("--max-requeues", type=int, default=requeue.MAX_REQUEUES)
+    parser.add_argument("--signal", type=WarningSignal.parse, default=requeue.DEFAULT_WARNING)
+    parser.add_argument("argfile", type=Path)
+    return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--check"]:
         return check(argv[1:])
-    if len(argv) != 1:
-        print("usage: python -m examples.tau2.slurm.controller_job --check [ARGS...] | ARGFILE",
-              file=sys.stderr)
-        return 2
-    from examples.tau2 import tau2_train
+    opts = parse_job_args(argv)
+    job = int(os.environ.get("SLURM_JOB_ID") or 0)
+    restart = int(os.environ.get("SLURM_RESTART_COUNT") or 0)
+    console_logging(logger)
+    journal = Journal.beside(opts.argfile)
+    earlier = journal.endings()
+    print(f"controller_job: SLURM job {job} on {os.uname().nodename}"
+          + (f", incarnation {restart + 1}" if restart else ""), flush=True)
+    if restart:
+        print(f"controller_job: {requeue.describe_resume(earlier, restart, opts.max_requeues)}", flush=True)
+        CONTROL.on_first_step = lambda: print(
+            f"controller_job: {requeue.describe_first_step(earlier, restart)}", flush=True)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # a batch job may inherit SIGINT ignored
+    warning = requeue.WarningHandler(job, opts.signal)
+    warning.install()
+    # SIGTERM: scancel, or SLURM requeues the job (scontrol requeue, preemption): noted before the clean-up,
+    # which SLURM may cut short; the arguments file stays for a next incarnation.
+    ON_SIGTERM.append(lambda: journal.append(requeue.ending(
+        restart, Cause.TERMINATED, "SIGTERM to the controller: scontrol requeue, preemption or scancel",
+        warning.signal_at)))
+    module = importlib.import_module(ENTRIES[opts.entry])
+    try:
+        status = module.main(read_args(opts.argfile))
+    except (StopRequested, KeyboardInterrupt) as e:
+        if not CONTROL.stop_reason or warning.cause is None:
+            raise
+        return requeue_or_stop(job, restart, opts, journal, earlier, warning.cause, str(e), warning.signal_at)
+    except Exception as e:
+        traceback.print_exc()
+        cause = (Cause.WORKER_LOST if isinstance(e, WorkerJobEnded) else
+                 Cause.SERVER_DIED if isinstance(e, InferenceServerDied) else Cause.FAILED)
+        first_line = (str(e).strip().splitlines() or [""])[0]
+        return requeue_or_stop(job, restart, opts, journal, earlier, cause,
+                               f"{type(e).__name__}: {first_line}"[:500], warning.signal_at)
+    opts.argfile.unlink(missing_ok=True)
+    return status
 
-    job = os.environ.get("SLURM_JOB_ID", "?")
-    print(f"controller_job: SLURM job {job} on {os.uname().nodename}", flush=True)
-    return tau2_train.main(read_args(Path(argv[0])))
+
+def requeue_or_stop(job: int, restart: int, opts: argparse.Namespace, journal: Journal,
+                    earlier: list[requeue.Ending], cause: Cause, detail: str, signal_at: float | None) -> int:
+    """After the run stopped (its workers stopped and their jobs cancelled): requeue this job, or, past the
+    bound, say why not and end for good (status 1)."""
+    end = requeue.ending(restart, cause, detail, signal_at, requeued=True)
+    why_not = requeue.why_not_requeue(earlier, end, opts.max_requeues) if job else "not a SLURM job"
+    saved = f"step {end.saved_step} saved" if end.saved_step else "no step saved"
+    if why_not:
+        journal.append(requeue.ending(restart, cause, detail, signal_at, requeued=False))
+        print(f"controller_job: stopped for good after {cause.value} ({detail}); {saved}; not requeued: "
+              f"{why_not}", flush=True)
+        opts.argfile.unlink(missing_ok=True)
+        return 1
+    journal.append(end)
+    print(f"controller_job: requeue {restart + 1} of at most {opts.max_requeues}: {cause.value} ({detail}); "
+          f"{saved}, {end.steps_lost} step(s) lost; requeueing SLURM job {job}", flush=True)
+    requeue.requeue_job(job)
+    return 0
 
 
 if __name__ == "__main__":

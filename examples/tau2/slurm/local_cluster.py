@@ -38,6 +38,8 @@ CONF_FILE = "slurm.conf"
 MAX_SOCKET_PATH = 107  # sockaddr_un's sun_path holds 108 bytes with the terminating NUL
 UP_TIMEOUT_S = 30.0
 INSTALL_LOCK = "/tmp/tau2-slurm-install.lock"
+REQUEUE_WAIT_S = 10
+"""How long a requeued job waits before it may start again (`cred_expire`; SLURM's default is 120 s)."""
 
 
 class LocalClusterError(RuntimeError):
@@ -183,7 +185,8 @@ def slurm_conf(root: Path, spec: ClusterSpec, ctld_port: int, node_ports: list[i
         "SlurmdUser=root",
         "AuthType=auth/munge",
         "CredType=cred/munge",
-        f"AuthInfo=socket={munge_socket}",
+        # cred_expire: also how long a requeued job waits before it may start again (SLURM's default 120 s)
+        f"AuthInfo=socket={munge_socket},cred_expire={REQUEUE_WAIT_S}",
         f"StateSaveLocation={root / 'state'}",
         f"SlurmdSpoolDir={root / 'spool'}/%n",
         f"SlurmctldPidFile={root / 'slurmctld.pid'}",
@@ -202,8 +205,9 @@ def slurm_conf(root: Path, spec: ClusterSpec, ctld_port: int, node_ports: list[i
         "ReturnToService=2",
         "SlurmdTimeout=30",
         "InactiveLimit=0",
-        "KillWait=5",
+        "KillWait=30",  # SLURM's default: the time a SIGTERM-ed job has to clean up
         "MinJobAge=300",  # finished jobs stay visible to squeue/scontrol for 5 minutes
+        "SchedulerParameters=sched_interval=5",  # a requeued job starts within seconds of its wait
     ]
     for name, port in zip(spec.node_names, node_ports, strict=True):
         lines.append(f"NodeName={name} NodeHostname={host} NodeAddr=127.0.0.1 Port={port} "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import getpass
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -118,6 +119,20 @@ def jobs_named(prefix: str, user: str | None = None) -> list[JobStatus]:
     out = run("squeue", "-h", "-t", "all", "-u", user or getpass.getuser(),
               "-o", SEP.join(("%i", "%T", "%r", "%N", "%j")))
     return [j for j in _parse_jobs(out) if j.name.startswith(prefix)]
+
+
+def time_left_s(job_id: int) -> float | None:
+    """Seconds before `job_id` reaches its time limit (None: it has none, or SLURM does not say)."""
+    return duration_s(run("squeue", "-h", "-j", str(job_id), "-o", "%L").strip())
+
+
+def duration_s(text: str) -> float | None:
+    """SLURM's `[D-][HH:]MM:SS` in seconds; None for anything else (`UNLIMITED`, `INVALID`, '')."""
+    m = re.fullmatch(r"(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)", text)
+    if not m:
+        return None
+    days, hours, minutes, seconds = (int(g or 0) for g in m.groups())
+    return float(((days * 24 + hours) * 60 + minutes) * 60 + seconds)
 
 
 def _parse_jobs(out: str) -> list[JobStatus]:

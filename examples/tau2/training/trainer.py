@@ -13,7 +13,9 @@ What changes, in the order an episode meets it:
   so the trainer learns the prompt the policy was served;
 - a GRPO group is scored as one object (`episode/group.py`): a rejected episode drops only itself;
 - recover saves are atomic and made after the step's stats are committed (`lifecycle/recover.py`);
-- a dead inference server or an ended SLURM job stops the run (`lifecycle/watchdog.py`);
+- a dead inference server or an ended SLURM job stops the run (`lifecycle/watchdog.py`), and a stop
+  request (`lifecycle.watchdog.CONTROL`: SLURM's warning before a time limit) saves and stops at the
+  step's end;
 - the add-ons the config turns on (`settings/addons.py`) give the scheduler (`scheduler.type=slurm`:
   `slurm/scheduler.py`) and the training dataloader (`curriculum.enabled`: tasks by solve rate).
 """
@@ -154,10 +156,13 @@ class Tau2PPOTrainer(PPOTrainer):
 
     def train(self, *args: Any, **kwargs: Any) -> Any:
         """AReaL's loop, stopped with `InferenceServerDied` / `WorkerJobEnded` when a watchdog finds that
-        a server died or (`Tau2SlurmScheduler`) a worker job ended."""
+        a server died or (`Tau2SlurmScheduler`) a worker job ended, and with `StopRequested` when asked to
+        stop (`CONTROL`) and interrupted before a step's end."""
         from examples.tau2.lifecycle.watchdog import (
+            CONTROL,
             InferenceServerDied,
             ServerWatchdog,
+            StopRequested,
             Watchdog,
             WorkerJobEnded,
         )
@@ -170,13 +175,30 @@ class Tau2PPOTrainer(PPOTrainer):
             servers_watched = watching.enter_context(
                 ServerWatchdog([(s.host, s.port) for s in servers], self.server_dead_after_s))
             try:
-                return super().train(*args, **kwargs)
+                result = super().train(*args, **kwargs)
             except KeyboardInterrupt:
                 if jobs is not None and jobs.failure:
                     raise WorkerJobEnded(jobs.failure) from None
                 if servers_watched.failure:
                     raise InferenceServerDied(servers_watched.failure) from None
+                if CONTROL.stop_reason:
+                    raise StopRequested(f"{CONTROL.stop_reason}; stopped before the step's end") from None
                 raise
+            CONTROL.finished = True
+            return result
+
+    def __exit__(self, exc_type: Any, exc_value: Any, traceback: Any) -> bool:
+        """AReaL's clean-up; while an exception propagates, a failure of the clean-up itself (e.g. a call to
+        workers whose job has ended) is logged, not raised over it: the first cause is the one to see."""
+        if exc_type is None:
+            return super().__exit__(exc_type, exc_value, traceback)
+        try:
+            return super().__exit__(exc_type, exc_value, traceback)
+        except Exception as cleanup:  # noqa: BLE001 - the run's own exception goes on
+            first = (str(cleanup).strip().splitlines() or [""])[0]
+            logger.warning("the clean-up after %s failed too: %s: %s", exc_type.__name__,
+                           type(cleanup).__name__, first)
+            return False
 
     def _save_recover_checkpoint(self, epoch: int, epoch_step: int, global_step: int) -> None:
         """Deferred: AReaL saves before it commits the step's stats (rl_trainer.py:797 vs :854), so a kill
@@ -186,10 +208,30 @@ class Tau2PPOTrainer(PPOTrainer):
     def _export_and_commit_stats(self, epoch: int, epoch_step: int, global_step: int) -> None:
         """AReaL's commit, then the deferred recover save (still before `rollout.resume()`); a rerun drops
         the stats lines of steps after the saved one, which run again (`lifecycle.recover.trim_stats`)."""
+        from examples.tau2.lifecycle.watchdog import CONTROL, StopRequested
+
         super()._export_and_commit_stats(epoch, epoch_step, global_step)
         deferred, self._deferred_recover_save = self._deferred_recover_save, None
+        last = global_step + 1 >= self._total_steps()
+        stopping = bool(CONTROL.stop_reason) and not last
         if deferred is not None:
+            if stopping:  # saved whatever recover.freq_* say: a stop loses no step
+                self.recover_handler.freq_ctl.save_next()
             super()._save_recover_checkpoint(*deferred)
+        info = self.recover_handler.last_step_info
+        CONTROL.committed(global_step, info.global_step if info is not None else None)
+        if last:
+            CONTROL.finished = True
+        if stopping:
+            raise StopRequested(f"{CONTROL.stop_reason}; stopped after step {global_step + 1}, its state "
+                                f"saved")
+
+    def _total_steps(self) -> int:
+        """The steps `train` runs in all, as AReaL's loop counts them."""
+        total = self.config.total_train_epochs * len(self.train_dataloader)
+        if self.config.total_train_steps is not None:
+            total = min(total, self.config.total_train_steps)
+        return total
 
 
 class Tau2InfEngine(RemoteInfEngine):

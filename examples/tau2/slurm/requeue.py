@@ -1,0 +1,245 @@
+"""A controller job that outlives its SLURM job: it requeues itself and the next incarnation resumes.
+
+`tau2_rl.sh slurm --submit` (and `smoke --submit`) submit the controller with `--requeue`,
+`--open-mode=append` (one log for every incarnation) and `--signal=B:<SIG>@<grace>`: SLURM sends the signal
+`grace` seconds before the time limit (up to a minute early), and on preemption when the cluster sets
+`SlurmctldParameters=preempt_send_user_signal`. What ends an incarnation, and what follows:
+
+- the warning signal: the run saves at the end of the step in progress and stops (`CONTROL`,
+  `lifecycle/watchdog.py`); if no step ends within `max(grace - 60 s, grace / 2)` it is interrupted and
+  the steps since the last save run again. The controller stops its workers, cancels their jobs and
+  requeues its own job (`scontrol requeue`);
+- a worker job lost, an inference server dead, any other failure after the checks passed: the same
+  requeue, within the bound;
+- SIGTERM from SLURM (`scontrol requeue` by someone, preemption without a signal, `scancel`): the run stops
+  its workers and leaves; SLURM decides whether the job comes back (it keeps the arguments file for it).
+
+Each incarnation appends its end to the journal beside the arguments file (`controller-*.requeues.jsonl`).
+It is not requeued again after `--max-requeues` requeues, or when the two incarnations before it and itself
+saved no new step (a bad image, a node that cannot start a server: two requeues without progress).
+SLURM holds a requeued job for `AuthInfo=cred_expire` (120 s by default) before it may start again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import time
+from dataclasses import asdict, dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from examples.tau2.lifecycle.watchdog import CONTROL, Watchdog
+from examples.tau2.slurm import queue
+
+logger = logging.getLogger("tau2_areal.slurm")
+
+MAX_REQUEUES = 10
+"""submitit's bound is 3 time-outs; a run of days meets more."""
+DEFAULT_WARNING = "USR1@600"
+"""Ten minutes: a step of a large model plus its save."""
+STOP_MARGIN_S = 60.0
+"""Of the grace, what the controller keeps after the stop: stopping the workers, cancelling their jobs,
+requeueing."""
+SIGNAL_EARLY_S = 60.0
+"""SLURM may send the warning up to this much earlier than asked (its event loop's resolution)."""
+
+
+class Cause(StrEnum):
+    """Why an incarnation of the controller ended."""
+
+    TIME_LIMIT = "time limit"
+    """SLURM's warning signal with the time limit at most the grace (and its minute of slack) away."""
+    PREEMPTED = "preempted"
+    """SLURM's warning signal earlier than the time limit: preemption (`preempt_send_user_signal`)."""
+    WORKER_LOST = "worker job lost"
+    """A SLURM job of the workers ended (node failure, preemption, `scancel`): `WorkerJobEnded`."""
+    SERVER_DIED = "inference server died"
+    """`InferenceServerDied`."""
+    TERMINATED = "terminated by SLURM"
+    """SIGTERM to the controller: `scontrol requeue`, preemption without a signal, or `scancel`."""
+    FAILED = "failed"
+    """Any other exception after the checks passed (a failure at start included)."""
+
+
+@dataclass(frozen=True)
+class WarningSignal:
+    """SLURM's warning before the time limit: `--signal=B:<name>@<grace_s>`."""
+
+    name: str
+    grace_s: int
+
+    @classmethod
+    def parse(cls, text: str) -> WarningSignal:
+        """`USR1@600` (or `SIGUSR1@600`); ValueError in one sentence for anything else."""
+        name, at, grace = text.partition("@")
+        name = name.upper().removeprefix("SIG")
+        if not at or not grace.isdigit() or int(grace) < 1 or not hasattr(signal, f"SIG{name}") \
+                or name in ("KILL", "STOP", "TERM", "INT"):
+            raise ValueError(f"--signal {text} is not SIGNAL@SECONDS with a signal the controller can catch "
+                             f"other than TERM and INT, e.g. {DEFAULT_WARNING}")
+        return cls(name, int(grace))
+
+    @property
+    def signum(self) -> int:
+        return int(getattr(signal, f"SIG{self.name}"))
+
+    @property
+    def sbatch(self) -> str:
+        return f"--signal=B:{self.name}@{self.grace_s}"
+
+    @property
+    def stop_within_s(self) -> float:
+        """How long the run may take to reach a step's end after the signal."""
+        return max(self.grace_s - STOP_MARGIN_S, self.grace_s / 2)
+
+
+@dataclass(frozen=True)
+class Ending:
+    """How one incarnation of the controller ended: a line of the journal."""
+
+    restart: int
+    """SLURM_RESTART_COUNT of the incarnation: 0 for the first, n after n requeues."""
+    cause: Cause
+    detail: str
+    stopped_at: float
+    """When it stopped (Unix time); with `signal_at`, when SLURM's warning came (else None)."""
+    signal_at: float | None
+    saved_step: int | None
+    """The last step saved when it stopped (1-based, as the logs count; None: none)."""
+    last_step: int | None
+    """The last step it trained (1-based; None: none)."""
+    progress: bool
+    """Whether it saved a step beyond the one it resumed from."""
+    requeued: bool
+    """Whether it requeued its job (False: it stopped for good, or SLURM decides)."""
+
+    @property
+    def steps_lost(self) -> int:
+        """Steps trained but not saved: they run again."""
+        if self.last_step is None:
+            return 0
+        return self.last_step - (self.saved_step or 0)
+
+    @classmethod
+    def from_json(cls, line: str) -> Ending:
+        data: dict[str, Any] = json.loads(line)
+        return cls(**{**data, "cause": Cause(data["cause"])})
+
+
+class Journal:
+    """The ends of a controller job's incarnations, one JSON line each, beside its arguments file."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    @classmethod
+    def beside(cls, argfile: Path) -> Journal:
+        return cls(argfile.with_name(argfile.name.removesuffix(".args") + ".requeues.jsonl"))
+
+    def endings(self) -> list[Ending]:
+        if not self.path.is_file():
+            return []
+        return [Ending.from_json(line) for line in self.path.read_text().splitlines() if line.strip()]
+
+    def append(self, ending: Ending) -> None:
+        with self.path.open("a") as f:
+            f.write(json.dumps({**asdict(ending), "cause": ending.cause.value}) + "\n")
+
+
+def ending(restart: int, cause: Cause, detail: str, signal_at: float | None,
+           requeued: bool = False) -> Ending:
+    """This incarnation's end as `CONTROL` saw the run."""
+    saved, last = (None if s is None else s + 1 for s in (CONTROL.saved_step, CONTROL.last_step))
+    return Ending(restart, cause, detail, time.time(), signal_at, saved, last, CONTROL.made_progress,
+                  requeued)
+
+
+def why_not_requeue(earlier: list[Ending], now: Ending, max_requeues: int) -> str:
+    """'' when the job may be requeued after `now`; else why not, one sentence."""
+    if now.restart >= max_requeues:
+        return f"it was requeued {now.restart} time(s) already (--max-requeues {max_requeues})"
+    before = [e for e in earlier if e.restart == now.restart - 1]
+    if now.restart >= 2 and not now.progress and before and not before[-1].progress:
+        return ("the last 2 requeues saved no new step (a failure that repeats at start: a bad image, a node "
+                "that cannot start a server)")
+    return ""
+
+
+def cause_of_warning(job_id: int, warning: WarningSignal) -> tuple[Cause, str]:
+    """A warning signal with the time limit near is the time limit; earlier, a preemption."""
+    try:
+        left = queue.time_left_s(job_id)
+    except queue.SlurmError:
+        left = None
+    if left is None:
+        return Cause.PREEMPTED, "SLURM's warning signal, with no time limit in sight"
+    if left <= warning.grace_s + SIGNAL_EARLY_S + 30:
+        return Cause.TIME_LIMIT, f"SLURM's warning signal, {left:.0f} s before the time limit"
+    return Cause.PREEMPTED, f"SLURM's warning signal, {left:.0f} s before the time limit (preemption)"
+
+
+class WarningHandler:
+    """On SLURM's warning signal: ask the run to stop at the end of the step in progress (after saving
+    it), and interrupt it if no step ends in time. `cause`, `detail` and `signal_at` say what came."""
+
+    def __init__(self, job_id: int, warning: WarningSignal):
+        self.job_id, self.warning = job_id, warning
+        self.cause: Cause | None = None
+        self.detail = ""
+        self.signal_at: float | None = None
+        self._overdue: Watchdog | None = None
+
+    def install(self) -> None:
+        signal.signal(self.warning.signum, self._on_signal)
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        if self.signal_at is not None:
+            return
+        self.signal_at = time.time()
+        self.cause, self.detail = cause_of_warning(self.job_id, self.warning)
+        if CONTROL.finished:
+            logger.info("SIG%s: %s; the run has trained every step, it ends without a requeue",
+                        self.warning.name, self.detail)
+            return
+        within = self.warning.stop_within_s
+        CONTROL.request_stop(self.detail, within)
+        logger.warning("SIG%s: %s; the run saves at the end of the step in progress and stops (within "
+                       "%.0f s), then the job requeues itself", self.warning.name, self.detail, within)
+        self._overdue = Watchdog(CONTROL.overdue, poll_s=1.0, exit_after_s=STOP_MARGIN_S,
+                                 name="tau2-requeue-deadline").__enter__()
+
+
+def requeue_job(job_id: int) -> None:
+    """`scontrol requeue` of this process's own job; SLURM then ends it with SIGTERM, ignored here: the run
+    has stopped already, and this process leaves right after."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    queue.run("scontrol", "requeue", str(job_id))
+
+
+def describe_resume(earlier: list[Ending], restart: int, max_requeues: int) -> str:
+    """The first line of a requeued incarnation: what ended the one before."""
+    before = [e for e in earlier if e.restart == restart - 1]
+    if not before:
+        return (f"requeue {restart} of at most {max_requeues}: SLURM requeued the job without a word from "
+                "the incarnation before (killed without a signal: preemption or a node lost); resuming from "
+                "the last saved step")
+    e = before[-1]
+    saved = f"step {e.saved_step} saved" if e.saved_step else "no step saved"
+    return (f"requeue {restart} of at most {max_requeues}: after {e.cause.value} ({e.detail}); {saved}, "
+            f"{e.steps_lost} step(s) lost; resuming")
+
+
+def describe_first_step(earlier: list[Ending], restart: int) -> str:
+    """Logged at a requeued incarnation's first trained step: how long since the signal (or the stop)."""
+    before = [e for e in earlier if e.restart == restart - 1]
+    step = (CONTROL.first_step or 0) + 1
+    if not before or CONTROL.first_step_at is None:
+        return f"requeue {restart}: step {step} trained"
+    e = before[-1]
+    after = f"{CONTROL.first_step_at - e.stopped_at:.1f} s after the stop"
+    if e.signal_at is not None:
+        after = f"{CONTROL.first_step_at - e.signal_at:.1f} s after the signal, {after}"
+    return f"requeue {restart} ({e.cause.value}): step {step} trained {after}; {e.steps_lost} step(s) lost"
