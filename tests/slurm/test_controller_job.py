@@ -131,3 +131,17 @@ def test_submit_runs_the_controller_as_a_job_and_says_where_its_log_is(tmp_path)
                 "directory)") in out
         assert "nothing was started" in out and "s3cret-admin-key" not in out
         assert not list(tmp_path.glob("controller-*.args"))  # read and removed by the job
+
+
+@pytest.mark.parametrize(("command", "flags", "said"), [
+    ("slurm", ("--max-requeues", "x"), "slurm --submit --max-requeues needs a number (e.g. 10)"),
+    ("slurm", ("--signal", "USR1"), "slurm --submit --signal USR1 is not SIGNAL@SECONDS (e.g. USR1@600)"),
+    ("smoke", ("--signal=USR1@"), "smoke --submit --signal USR1@ is not SIGNAL@SECONDS (e.g. USR1@600)"),
+])
+def test_bad_requeue_flags_are_refused_in_one_sentence_before_anything_is_checked(tmp_path, command, flags,
+                                                                                   said):
+    flags = (flags,) if isinstance(flags, str) else flags
+    done = subprocess.run(["bash", str(SCRIPT), command, "--submit", *flags], capture_output=True, text=True,
+                          env=script_env(tmp_path), timeout=120)
+    assert done.returncode == 1 and done.stderr.strip().splitlines()[-1] == f"tau2_rl.sh: {said}", done.stderr
+    assert not list(tmp_path.glob("controller-*"))

@@ -4,7 +4,7 @@ docs/own_domain.md (`library`, from the module `library_desk` on PYTHONPATH): ev
 module on its node, and the domain trains and passes as a built-in one does.
 
 The controller, the actor and the rollout roles go out as `sbatch` jobs on two nodes of 2 CPUs; the
-workers run under `srun`, natively. One run of 4 steps meets, one after the other: a short `--time` limit
+workers run under `srun`, natively. One run of 5 steps meets, one after the other: a short `--time` limit
 twice (SLURM's warning comes at each start; the run saves after the step in progress and requeues itself),
 `scontrol requeue` of the controller job after a save (SIGTERM, no warning), and `scancel` of the rollout
 job in the middle of a step; each time the next incarnation resumes from the saved step, and the last
@@ -110,21 +110,19 @@ def test_the_controller_job_outlives_two_time_limits_a_requeue_and_a_lost_worker
     """Two nodes of 2 CPUs: the controller (1 CPU), the trainer (2) and the vLLM server (1) fill them.
     `--time=5` with the warning 270 s before it: SLURM signals each incarnation as it starts, so each one
     trains one step, saves it and requeues the job (the time limit, twice). Then the limit goes up to 30
-    minutes, and once step 3 is saved `scontrol requeue` ends the third incarnation with SIGTERM (in step
-    4); the fourth resumes at step 4 and loses its rollout job to `scancel` mid-step; the fifth trains
-    step 4 and passes every smoke check."""
+    minutes; once step 3 is saved `scontrol requeue` ends the third incarnation with SIGTERM (in step 4),
+    and once step 4 is saved `scancel` takes the fourth one's rollout job (in step 5). The fifth trains
+    step 5 and passes every smoke check; no step ran twice and none is lost."""
     with slurm(nodes=2, cpus=2, mem_mb=12288):
         job, log = submit_smoke(tmp_path, "--cpus-per-task=1 --mem=2G --time=5", ("--signal", "USR1@270"),
-                                "total_train_epochs=2", "total_train_steps=4")
+                                "total_train_epochs=2", "total_train_steps=5")
         journal = Journal.beside(log.with_suffix(".args"))
         wait_on(job, log, lambda: len(journal.endings()) >= 2, "two requeues at the time limit", 900)
         queue.run("scontrol", "update", f"JobId={job}", "TimeLimit=30")
         wait_on(job, log, lambda: saved_step(tmp_path) >= 3, "step 3 saved")
         queue.run("scontrol", "requeue", str(job))
-        wait_on(job, log, lambda: log.read_text().count("role rollout: SLURM job") >= 4,
-                "the fourth incarnation's workers")
+        wait_on(job, log, lambda: saved_step(tmp_path) >= 4, "step 4 saved")
         rollout = JobRegistry.of_trial(str(tmp_path), EXPERIMENT, "run").entries()["rollout"]["job_id"]
-        time.sleep(5)  # into step 4
         queue.run("scancel", str(rollout))
         wait_on(job, log, lambda: job_ended(job), "the run's end", 2 * INCARNATION_TIMEOUT_S)
         out = log.read_text()
@@ -134,17 +132,17 @@ def test_the_controller_job_outlives_two_time_limits_a_requeue_and_a_lost_worker
     endings = journal.endings()
     assert [e.cause for e in endings] == [Cause.TIME_LIMIT, Cause.TIME_LIMIT, Cause.TERMINATED,
                                           Cause.WORKER_LOST], endings
-    assert [e.saved_step for e in endings] == [1, 2, 3, 3] and [e.steps_lost for e in endings] == [0, 0, 0, 0]
+    assert [e.saved_step for e in endings] == [1, 2, 3, 4] and [e.steps_lost for e in endings] == [0, 0, 0, 0]
     assert all(e.signal_at is not None for e in endings[:2])
     assert f"SLURM job {rollout} ({EXPERIMENT}_run:rollout) is CANCELLED" in endings[3].detail
-    for n, (cause, step) in enumerate([("time limit", 2), ("time limit", 3), ("terminated by SLURM", 4),
-                                       ("worker job lost", 4)], start=1):
+    causes = ["time limit", "time limit", "terminated by SLURM", "worker job lost"]
+    for n, cause in enumerate(causes, start=1):
         assert f"controller_job: SLURM job {job} on " in out and f", incarnation {n + 1}\n" in out
-        assert re.search(rf"controller_job: requeue {n} \({re.escape(cause)}\): step {step} trained "
+        assert re.search(rf"controller_job: requeue {n} \({re.escape(cause)}\): step {n + 1} trained "
                          r"[\d.]+ s after", out), out[-6000:]
     for line in re.findall(r"controller_job: requeue \d+ \(.*", out):
         print(line)
-    assert stats_steps(tmp_path) == [0, 1, 2, 3]  # each step once
+    assert stats_steps(tmp_path) == [0, 1, 2, 3, 4]  # each step once
     assert not list(log.parent.glob("*.args"))  # the run ended for good: its arguments go
     summary = json.loads(next(tmp_path.glob(f"logs/**/{SUMMARY_FILE}")).read_text())
     print(format_result_for_log(summary, 0.0))
