@@ -128,3 +128,16 @@ def test_a_requeued_incarnation_says_what_ended_the_one_before():
     assert requeue.describe_resume(earlier, 1, 10) == (
         "requeue 1 of at most 10: after time limit (detail); step 2 saved, 0 step(s) lost; resuming")
     assert "without a word from the incarnation before" in requeue.describe_resume(earlier, 2, 10)
+
+
+def test_a_failure_is_summed_up_by_what_names_its_cause():
+    from areal.infra.scheduler.exceptions import WorkerFailedError
+
+    from examples.tau2.slurm.controller_job import summary
+
+    story = ("SLURM job 2 (e_t:actor) is FAILED (NonZeroExitCode) on n1: the actor workers are gone "
+             "(log a.log)")
+    failed = WorkerFailedError("actor/*", -1, f"{story}; the worker log ends:\n...")
+    assert summary(failed) == f"WorkerFailedError: {story}; the worker log ends:"
+    assert summary(RuntimeError("\n  boom\nmore")) == "RuntimeError: boom"
+    assert len(summary(ValueError("x" * 900))) == 500

@@ -194,11 +194,17 @@ def main(argv: list[str] | None = None) -> int:
         traceback.print_exc()
         cause = (Cause.WORKER_LOST if isinstance(e, WorkerJobEnded) else
                  Cause.SERVER_DIED if isinstance(e, InferenceServerDied) else Cause.FAILED)
-        first_line = (str(e).strip().splitlines() or [""])[0]
-        return requeue_or_stop(job, restart, opts, journal, earlier, cause,
-                               f"{type(e).__name__}: {first_line}"[:500], warning.signal_at)
+        return requeue_or_stop(job, restart, opts, journal, earlier, cause, summary(e), warning.signal_at)
     opts.argfile.unlink(missing_ok=True)
     return status
+
+
+def summary(e: BaseException) -> str:
+    """`Type: first line` of an exception; for AReaL's `WorkerFailedError`, the first line of the worker's
+    story (slurm/scheduler.py names the job, its state and node there) rather than its exit code."""
+    text = getattr(e, "stderr", "") or str(e)
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    return f"{type(e).__name__}: {first}"[:500]
 
 
 def requeue_or_stop(job: int, restart: int, opts: argparse.Namespace, journal: Journal,
