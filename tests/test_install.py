@@ -183,3 +183,24 @@ def test_the_test_command_stops_when_either_install_fails(tmp_path, failing):
     assert out.stderr.count("not found") == 1
     assert out.stderr.rstrip().endswith("install_all.sh: an install failed (its error is above)")
     assert "All checks passed" not in out.stdout + out.stderr
+
+
+def test_uv_is_given_pips_indexes_local_wheels_and_constraints(tmp_path):
+    """scripts/venv_lib.sh's `uv_options`: what this machine's pip is configured with (its files and PIP_*
+    variables), as uv options, with pip's choice among indexes and TORCH_INDEX_URL."""
+    conf = tmp_path / "pip.conf"
+    conf.write_text("[global]\nindex-url = https://mirror.example/simple\n"
+                    "extra-index-url = file:///srv/a/simple file:///srv/b/simple\n"
+                    f"constraint = {tmp_path}/c.txt\n")
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("PIP_")},
+           "PIP_CONFIG_FILE": str(conf), "PIP_FIND_LINKS": "/srv/wheels",
+           "TORCH_INDEX_URL": "https://t.example/cpu"}
+    out = subprocess.run(["bash", "-c", f"source scripts/venv_lib.sh && uv_options {sys.executable}"],
+                         cwd=REPO, env=env, capture_output=True, text=True, check=True).stdout.splitlines()
+    pairs = list(zip(out[::2], out[1::2], strict=True))
+    assert pairs[0] == ("--index-strategy", "unsafe-best-match")
+    for pair in [("--index-url", "https://mirror.example/simple"), ("--extra-index-url", "file:///srv/a/simple"),
+                 ("--extra-index-url", "file:///srv/b/simple"), ("--constraint", f"{tmp_path}/c.txt"),
+                 ("--find-links", "/srv/wheels"), ("--extra-index-url", "https://t.example/cpu")]:
+        assert pair in pairs, (pair, pairs)
+    assert len(set(pairs)) == len(pairs)
