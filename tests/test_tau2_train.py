@@ -275,7 +275,8 @@ def test_script_eval_keeps_the_callers_directory_and_names_itself(tmp_path):
 def test_script_usage_and_refusals(tmp_path):
     help_ = run_script("help")
     assert help_.returncode == 0
-    for command in ("local", "slurm [--submit]", "slurm-local up|down|status", "dry-run",
+    for command in ("local", "slurm [--submit [FLAGS]]", "smoke [--submit [FLAGS]]",
+                    "slurm-local up|down|status", "dry-run",
                     "user-server start|stop|status", "eval"):
         assert f"  {command} " in help_.stdout
     assert help_.stderr == "" and "'parity --help' lists the options" in help_.stdout

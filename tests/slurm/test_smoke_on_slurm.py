@@ -108,13 +108,13 @@ def job_ended(job: int) -> bool:
 
 def test_the_controller_job_outlives_two_time_limits_a_requeue_and_a_lost_worker(tmp_path):
     """Two nodes of 2 CPUs: the controller (1 CPU), the trainer (2) and the vLLM server (1) fill them.
-    `--time=5` with the warning 270 s before it: SLURM signals each incarnation as it starts, so each one
+    `--time=8` with the warning 450 s before it: SLURM signals each incarnation as it starts, so each one
     trains one step, saves it and requeues the job (the time limit, twice). Then the limit goes up to 30
     minutes; once step 3 is saved `scontrol requeue` ends the third incarnation with SIGTERM (in step 4),
     and once step 4 is saved `scancel` takes the fourth one's rollout job (in step 5). The fifth trains
     step 5 and passes every smoke check; no step ran twice and none is lost."""
     with slurm(nodes=2, cpus=2, mem_mb=12288):
-        job, log = submit_smoke(tmp_path, "--cpus-per-task=1 --mem=2G --time=5", ("--signal", "USR1@270"),
+        job, log = submit_smoke(tmp_path, "--cpus-per-task=1 --mem=2G --time=8", ("--signal", "USR1@450"),
                                 "total_train_epochs=2", "total_train_steps=5")
         journal = Journal.beside(log.with_suffix(".args"))
         wait_on(job, log, lambda: len(journal.endings()) >= 2, "two requeues at the time limit", 900)
@@ -134,8 +134,8 @@ def test_the_controller_job_outlives_two_time_limits_a_requeue_and_a_lost_worker
                                           Cause.WORKER_LOST], endings
     assert [e.saved_step for e in endings] == [1, 2, 3, 4] and [e.steps_lost for e in endings] == [0, 0, 0, 0]
     assert all(e.signal_at is not None for e in endings[:2])
-    assert f"SLURM job {rollout} ({EXPERIMENT}_run:rollout) is CANCELLED" in endings[3].detail
-    causes = ["time limit", "time limit", "terminated by SLURM", "worker job lost"]
+    assert f"SLURM job {rollout} ({EXPERIMENT}_run:rollout) is CANCELLED" in endings[3].detail, endings[3]
+    causes = ["time limit", "time limit", "terminated by SLURM", "worker lost"]
     for n, cause in enumerate(causes, start=1):
         assert f"controller_job: SLURM job {job} on " in out and f", incarnation {n + 1}\n" in out
         assert re.search(rf"controller_job: requeue {n} \({re.escape(cause)}\): step {n + 1} trained "
@@ -167,9 +167,10 @@ def test_a_run_that_fails_at_start_is_requeued_twice_then_stops_with_the_cause(t
         assert not run_jobs() and not [j for j in queue.jobs_named("") if j.active]
     endings = Journal.beside(log.with_suffix(".args")).endings()
     assert [(e.restart, e.cause, e.progress, e.requeued) for e in endings] == [
-        (0, Cause.FAILED, False, True), (1, Cause.FAILED, False, True), (2, Cause.FAILED, False, False)]
+        (0, Cause.WORKER_LOST, False, True), (1, Cause.WORKER_LOST, False, True),
+        (2, Cause.WORKER_LOST, False, False)]
     assert "No module named no_such_module" in out
-    assert re.search(r"controller_job: stopped for good after failed \(WorkerFailedError: SLURM job \d+ "
+    assert re.search(r"controller_job: stopped for good after worker lost \(WorkerFailedError: SLURM job \d+ "
                      rf"\({EXPERIMENT}_run:actor\) is FAILED \(NonZeroExitCode\) on n1: the actor workers "
                      r"are gone .*\); no step saved; not requeued: the last 2 requeues saved no new step",
                      out), out[-6000:]

@@ -33,6 +33,8 @@ import sys
 import traceback
 from pathlib import Path
 
+from areal.infra.scheduler.exceptions import WorkerFailedError
+
 from examples.tau2.lifecycle.watchdog import CONTROL, InferenceServerDied, StopRequested, WorkerJobEnded
 from examples.tau2.runtime.process import ON_SIGTERM, console_logging, exit_after
 from examples.tau2.slurm import queue, requeue
@@ -189,10 +191,12 @@ def main(argv: list[str] | None = None) -> int:
     except (StopRequested, KeyboardInterrupt) as e:
         if not CONTROL.stop_reason or warning.cause is None:
             raise
-        return requeue_or_stop(job, restart, opts, journal, earlier, warning.cause, str(e), warning.signal_at)
+        detail = str(e) or (f"{CONTROL.stop_reason}; interrupted before a step's end (the steps since "
+                            "the last save run again)")
+        return requeue_or_stop(job, restart, opts, journal, earlier, warning.cause, detail, warning.signal_at)
     except Exception as e:
         traceback.print_exc()
-        cause = (Cause.WORKER_LOST if isinstance(e, WorkerJobEnded) else
+        cause = (Cause.WORKER_LOST if isinstance(e, (WorkerJobEnded, WorkerFailedError)) else
                  Cause.SERVER_DIED if isinstance(e, InferenceServerDied) else Cause.FAILED)
         return requeue_or_stop(job, restart, opts, journal, earlier, cause, summary(e), warning.signal_at)
     opts.argfile.unlink(missing_ok=True)

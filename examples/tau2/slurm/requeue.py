@@ -54,8 +54,9 @@ class Cause(StrEnum):
     """SLURM's warning signal with the time limit at most the grace (and its minute of slack) away."""
     PREEMPTED = "preempted"
     """SLURM's warning signal earlier than the time limit: preemption (`preempt_send_user_signal`)."""
-    WORKER_LOST = "worker job lost"
-    """A SLURM job of the workers ended (node failure, preemption, `scancel`): `WorkerJobEnded`."""
+    WORKER_LOST = "worker lost"
+    """A worker or its SLURM job ended (node failure, preemption, `scancel`, a crash, at start too):
+    `WorkerJobEnded` from the job watchdog, or AReaL's `WorkerFailedError` when a call reached it first."""
     SERVER_DIED = "inference server died"
     """`InferenceServerDied`."""
     TERMINATED = "terminated by SLURM"
