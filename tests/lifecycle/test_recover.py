@@ -253,6 +253,9 @@ def test_run_control_knows_progress_and_when_a_stop_is_overdue(monkeypatch):
     control.request_stop("preempted", within_s=0.0)
     control.request_stop("a second request keeps the first", within_s=100.0)
     time.sleep(0.01)
+    control.saving = True  # a step's save under way: the stop waits for it
+    assert control.overdue() == ""
+    control.saving = False
     assert control.overdue() == "preempted: the run did not reach the end of a step in time; stopping it now"
     assert not RunControl().made_progress and RunControl(saved_step=0).made_progress
 

@@ -51,7 +51,7 @@ OWN_DOMAIN = REPO / "examples" / "tau2" / "docs" / "own_domain"
 LIBRARY = ("econfig.domain=library", "econfig.domain_modules=[library_desk]", "econfig.train_split=train")
 """docs/own_domain.md's smoke command."""
 SCRIPT = REPO / "examples" / "tau2" / "tau2_rl.sh"
-INCARNATION_TIMEOUT_S = 420
+INCARNATION_TIMEOUT_S = 600
 
 
 def submit_env(tmp_path: Path, sbatch: str) -> dict[str, str]:
@@ -88,11 +88,17 @@ def saved_step(root: Path) -> int:
 
 
 def wait_on(job: int, log: Path, predicate, what: str, timeout_s: float = INCARNATION_TIMEOUT_S) -> float:
-    """Seconds until `predicate()`; fails with the log's tail if the controller job ends first."""
+    """Seconds until `predicate()`; fails with the log's tail if the controller job ends first (a final
+    state for 30 s: while SLURM requeues a job, `squeue` may show one for a moment)."""
     start = time.monotonic()
+    final_since: float | None = None
     while not predicate():
         status = queue.query_jobs([job]).get(job)
-        if status is not None and not status.active:
+        if status is None or status.active:
+            final_since = None
+        elif final_since is None:
+            final_since = time.monotonic()
+        elif time.monotonic() - final_since > 30:
             pytest.fail(f"the controller job ended ({status.state}) before {what}:\n"
                         f"{log.read_text()[-6000:]}")
         if time.monotonic() - start > timeout_s:
@@ -102,19 +108,24 @@ def wait_on(job: int, log: Path, predicate, what: str, timeout_s: float = INCARN
 
 
 def job_ended(job: int) -> bool:
-    status = queue.query_jobs([job]).get(job)
-    return status is not None and not status.active
+    """In a final state, and still 20 s later (not a requeue's passing one)."""
+    for _ in range(2):
+        status = queue.query_jobs([job]).get(job)
+        if status is None or status.active:
+            return False
+        time.sleep(20)
+    return True
 
 
 def test_the_controller_job_outlives_two_time_limits_a_requeue_and_a_lost_worker(tmp_path):
     """Two nodes of 2 CPUs: the controller (1 CPU), the trainer (2) and the vLLM server (1) fill them.
-    `--time=8` with the warning 450 s before it: SLURM signals each incarnation as it starts, so each one
+    `--time=10` with the warning 570 s before it: SLURM signals each incarnation as it starts, so each one
     trains one step, saves it and requeues the job (the time limit, twice). Then the limit goes up to 30
     minutes; once step 3 is saved `scontrol requeue` ends the third incarnation with SIGTERM (in step 4),
     and once step 4 is saved `scancel` takes the fourth one's rollout job (in step 5). The fifth trains
     step 5 and passes every smoke check; no step ran twice and none is lost."""
     with slurm(nodes=2, cpus=2, mem_mb=12288):
-        job, log = submit_smoke(tmp_path, "--cpus-per-task=1 --mem=2G --time=8", ("--signal", "USR1@450"),
+        job, log = submit_smoke(tmp_path, "--cpus-per-task=1 --mem=2G --time=10", ("--signal", "USR1@570"),
                                 "total_train_epochs=2", "total_train_steps=5")
         journal = Journal.beside(log.with_suffix(".args"))
         wait_on(job, log, lambda: len(journal.endings()) >= 2, "two requeues at the time limit", 900)

@@ -66,6 +66,8 @@ class RunControl:
     """The last step whose state is saved (set at resume and at each save)."""
     finished: bool = False
     """Every step of the run is trained: nothing is left to stop for."""
+    saving: bool = False
+    """At a step's end, committing its stats and saving: a stop past its deadline waits for this."""
     on_first_step: Callable[[], None] | None = None
     """Called once this process commits its first step (e.g. to log how long a resume took)."""
 
@@ -75,7 +77,7 @@ class RunControl:
 
     def overdue(self) -> str:
         """A sentence once a stop was requested and its deadline has passed, else ''."""
-        if self.stop_reason and not self.finished and time.monotonic() > self.stop_by:
+        if self.stop_reason and not self.finished and not self.saving and time.monotonic() > self.stop_by:
             return f"{self.stop_reason}: the run did not reach the end of a step in time; stopping it now"
         return ""
 

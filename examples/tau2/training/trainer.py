@@ -210,14 +210,18 @@ class Tau2PPOTrainer(PPOTrainer):
         the stats lines of steps after the saved one, which run again (`lifecycle.recover.trim_stats`)."""
         from examples.tau2.lifecycle.watchdog import CONTROL, StopRequested
 
-        super()._export_and_commit_stats(epoch, epoch_step, global_step)
-        deferred, self._deferred_recover_save = self._deferred_recover_save, None
-        last = global_step + 1 >= self._total_steps()
-        stopping = bool(CONTROL.stop_reason) and not last
-        if deferred is not None:
-            if stopping:  # saved whatever recover.freq_* say: a stop loses no step
-                self.recover_handler.freq_ctl.save_next()
-            super()._save_recover_checkpoint(*deferred)
+        CONTROL.saving = True  # the step is trained: a stop request waits for its save
+        try:
+            super()._export_and_commit_stats(epoch, epoch_step, global_step)
+            deferred, self._deferred_recover_save = self._deferred_recover_save, None
+            last = global_step + 1 >= self._total_steps()
+            stopping = bool(CONTROL.stop_reason) and not last
+            if deferred is not None:
+                if stopping:  # saved whatever recover.freq_* say: a stop loses no step
+                    self.recover_handler.freq_ctl.save_next()
+                super()._save_recover_checkpoint(*deferred)
+        finally:
+            CONTROL.saving = False
         info = self.recover_handler.last_step_info
         CONTROL.committed(global_step, info.global_step if info is not None else None)
         if last:
