@@ -239,6 +239,28 @@ def test_a_clean_up_that_fails_during_an_exception_does_not_hide_its_cause(monke
     trainer_module.logger.removeHandler(caplog.handler)
 
 
+def test_a_failed_call_to_a_worker_whose_job_ended_is_that_job_ending(monkeypatch):
+    """A cancelled rollout job: AReaL's next call to its worker may fail before the job watchdog polls; the
+    run then stops with the watchdog's sentence (`WorkerJobEnded`), as slurm/requeue.py counts it."""
+    from areal import PPOTrainer
+
+    def train(self, *args, **kwargs):
+        raise ConnectionError("Failed to call method 'save_perf_tracer' on worker 'rollout/0'")
+
+    monkeypatch.setattr(PPOTrainer, "train", train)
+    config = SimpleNamespace(recover=SimpleNamespace(fileroot="/x", experiment_name="e", trial_name="t"))
+    ended = "SLURM job 9 (e_t:rollout) is CANCELLED on n1: the rollout workers are gone"
+    scheduler = SimpleNamespace(ended_job=lambda: ended)
+    trainer = trainer_without_areal_init(monkeypatch, config, scheduler=scheduler)
+    monkeypatch.setattr(type(trainer), "job_poll_s", 60.0)
+    with pytest.raises(tau2_watchdog.WorkerJobEnded, match="is CANCELLED on n1") as raised:
+        trainer.train()
+    assert isinstance(raised.value.__cause__, ConnectionError)
+    scheduler.ended_job = lambda: ""  # no job ended: the failure is the run's own
+    with pytest.raises(ConnectionError):
+        trainer.train()
+
+
 def test_run_control_knows_progress_and_when_a_stop_is_overdue(monkeypatch):
     from examples.tau2.lifecycle.watchdog import RunControl
 

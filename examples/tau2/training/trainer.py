@@ -184,8 +184,23 @@ class Tau2PPOTrainer(PPOTrainer):
                 if CONTROL.stop_reason:
                     raise StopRequested(f"{CONTROL.stop_reason}; stopped before the step's end") from None
                 raise
+            except Exception as e:  # a call to a worker whose job ended may fail before the watchdog looks
+                ended = self._ended_job_sentence(ended_job)
+                if ended and not isinstance(e, WorkerJobEnded):
+                    raise WorkerJobEnded(ended) from e
+                raise
             CONTROL.finished = True
             return result
+
+    @staticmethod
+    def _ended_job_sentence(ended_job: Any) -> str:
+        """The job watchdog's sentence about an ended worker job, now ('' when none, or SLURM cannot say)."""
+        if ended_job is None:
+            return ""
+        try:
+            return ended_job() or ""
+        except Exception:  # noqa: BLE001 - SLURM busy: the run's own exception stands
+            return ""
 
     def __exit__(self, exc_type: Any, exc_value: Any, traceback: Any) -> bool:
         """AReaL's clean-up; while an exception propagates, a failure of the clean-up itself (e.g. a call to
