@@ -213,11 +213,13 @@ class WarningHandler:
                                  name="tau2-requeue-deadline").__enter__()
 
 
-def requeue_job(job_id: int) -> None:
-    """`scontrol requeue` of this process's own job; SLURM then ends it with SIGTERM, ignored here: the run
-    has stopped already, and this process leaves right after."""
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+def requeue_job(job_id: int, wait_s: float = 300.0) -> None:
+    """`scontrol requeue` of this process's own job, then wait for SLURM to end it (SIGTERM, default
+    action), as a job requeued from outside ends: exiting first raced the requeue (the job was seen to end
+    FAILED instead of pending again)."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     queue.run("scontrol", "requeue", str(job_id))
+    time.sleep(wait_s)
 
 
 def describe_resume(earlier: list[Ending], restart: int, max_requeues: int) -> str:
