@@ -179,7 +179,10 @@ class Tau2PPOTrainer(PPOTrainer):
             except KeyboardInterrupt:
                 if jobs is not None and jobs.failure:
                     raise WorkerJobEnded(jobs.failure) from None
-                if servers_watched.failure:
+                if servers_watched.failure:  # its job may have ended with it: that is the cause
+                    ended = self._ended_job_sentence(ended_job)
+                    if ended:
+                        raise WorkerJobEnded(ended) from None
                     raise InferenceServerDied(servers_watched.failure) from None
                 if CONTROL.stop_reason:
                     raise StopRequested(f"{CONTROL.stop_reason}; stopped before the step's end") from None
