@@ -184,7 +184,7 @@ def measure(mode: str, rows: list, folder: Path, max_tokens_per_mb: int, iters: 
     """`mode` off|on: (its result, the logprobs of its first `compute_logp`)."""
     import torch
 
-    from bench.standalone_actor import Layout, batch_of, build_actor
+    from bench.standalone_actor import Layout, batch_of, build_actor, count_computed_tokens
 
     cuda = torch.cuda.is_available()
     tree = mode == "on"
@@ -195,15 +195,7 @@ def measure(mode: str, rows: list, folder: Path, max_tokens_per_mb: int, iters: 
         actor = build_actor(Layout.archon_tree if tree else Layout.archon_packed, folder,
                             max_tokens_per_mb=max_tokens_per_mb)
     device = "cuda" if cuda else "cpu"
-    computed: list[int] = []
-    prepare = actor._prepare_mb_list
-
-    def counting(input_):
-        mb_list = prepare(input_)
-        computed.append(sum(mb_list.padded_to_lengths or mb_list.group_lens))
-        return mb_list
-
-    actor._prepare_mb_list = counting  # what the model runs over, padding included
+    computed = count_computed_tokens(actor)
 
     def timed(fn):
         batch = [{k: v.to(device) for k, v in row.items()} for row in batch_of(rows)]

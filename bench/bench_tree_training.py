@@ -36,6 +36,7 @@ from bench.standalone_actor import (  # noqa: E402
     airline_rows,
     batch_of,
     build_actor,
+    count_computed_tokens,
     rows_from_batch_file,
     single_process_group,
 )
@@ -52,15 +53,7 @@ def measure(layout: Layout, model: Path, rows: list[Row], max_tokens_per_mb: int
 
 def _measure(layout: Layout, model: Path, rows: list[Row], max_tokens_per_mb: int, update: bool) -> dict:
     actor = build_actor(layout, model, max_tokens_per_mb=max_tokens_per_mb)
-    computed: list[int] = []
-    prepare = actor._prepare_mb_list
-
-    def counting(input_):
-        mb_list = prepare(input_)
-        computed.append(sum(mb_list.padded_to_lengths or mb_list.group_lens))
-        return mb_list
-
-    actor._prepare_mb_list = counting  # counts what the model computes, padding included
+    computed = count_computed_tokens(actor)
     try:
         t = time.perf_counter()
         logprobs = actor.compute_logp(batch_of(rows))

@@ -103,6 +103,21 @@ def build_actor(layout: Layout, model_path: str | Path, *, max_tokens_per_mb: in
     return actor
 
 
+def count_computed_tokens(actor: Any) -> list[int]:
+    """A list that gets, for each batch the actor lays out in micro-batches, the tokens the model runs over
+    (padding included): the actor's `_prepare_mb_list`, counted."""
+    computed: list[int] = []
+    prepare = actor._prepare_mb_list
+
+    def counting(input_: Any) -> Any:
+        mb_list = prepare(input_)
+        computed.append(sum(mb_list.padded_to_lengths or mb_list.group_lens))
+        return mb_list
+
+    actor._prepare_mb_list = counting
+    return computed
+
+
 def batch_of(rows: list[Row], seed: int = 0) -> list[dict[str, torch.Tensor]]:
     """The rows as AReaL's workflows hand them to the actor (one dict per row, batch dimension 1).
 

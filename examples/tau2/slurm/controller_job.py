@@ -24,6 +24,7 @@ run make it requeue its own job (slurm/requeue.py).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import logging
 import os
@@ -219,7 +220,7 @@ def requeue_or_stop(job: int, restart: int, opts: argparse.Namespace, journal: J
     why_not = requeue.why_not_requeue(earlier, end, opts.max_requeues) if job else "not a SLURM job"
     saved = f"step {end.saved_step} saved" if end.saved_step else "no step saved"
     if why_not:
-        journal.append(requeue.ending(restart, cause, detail, signal_at, requeued=False))
+        journal.append(dataclasses.replace(end, requeued=False))
         print(f"controller_job: stopped for good after {cause.value} ({detail}); {saved}; not requeued: "
               f"{why_not}", flush=True)
         opts.argfile.unlink(missing_ok=True)

@@ -158,12 +158,17 @@ def ending(restart: int, cause: Cause, detail: str, signal_at: float | None,
                   requeued)
 
 
+def ending_before(earlier: list[Ending], restart: int) -> Ending | None:
+    """How the incarnation before `restart` ended, if it said (a SIGKILL leaves no word)."""
+    return next((e for e in reversed(earlier) if e.restart == restart - 1), None)
+
+
 def why_not_requeue(earlier: list[Ending], now: Ending, max_requeues: int) -> str:
     """'' when the job may be requeued after `now`; else why not, one sentence."""
     if now.restart >= max_requeues:
         return f"it was requeued {now.restart} time(s) already (--max-requeues {max_requeues})"
-    before = [e for e in earlier if e.restart == now.restart - 1]
-    if now.restart >= 2 and not now.progress and before and not before[-1].progress:
+    before = ending_before(earlier, now.restart)
+    if now.restart >= 2 and not now.progress and before is not None and not before.progress:
         return ("the last 2 requeues saved no new step (a failure that repeats at start: a bad image, a node "
                 "that cannot start a server)")
     return ""
@@ -224,12 +229,11 @@ def requeue_job(job_id: int, wait_s: float = 300.0) -> None:
 
 def describe_resume(earlier: list[Ending], restart: int, max_requeues: int) -> str:
     """The first line of a requeued incarnation: what ended the one before."""
-    before = [e for e in earlier if e.restart == restart - 1]
-    if not before:
+    e = ending_before(earlier, restart)
+    if e is None:
         return (f"requeue {restart} of at most {max_requeues}: SLURM requeued the job without a word from "
                 "the incarnation before (killed without a signal: preemption or a node lost); resuming from "
                 "the last saved step")
-    e = before[-1]
     saved = f"step {e.saved_step} saved" if e.saved_step else "no step saved"
     return (f"requeue {restart} of at most {max_requeues}: after {e.cause.value} ({e.detail}); {saved}, "
             f"{e.steps_lost} step(s) lost; resuming")
@@ -237,11 +241,10 @@ def describe_resume(earlier: list[Ending], restart: int, max_requeues: int) -> s
 
 def describe_first_step(earlier: list[Ending], restart: int) -> str:
     """Logged at a requeued incarnation's first trained step: how long since the signal (or the stop)."""
-    before = [e for e in earlier if e.restart == restart - 1]
+    e = ending_before(earlier, restart)
     step = (CONTROL.first_step or 0) + 1
-    if not before or CONTROL.first_step_at is None:
+    if e is None or CONTROL.first_step_at is None:
         return f"requeue {restart}: step {step} trained"
-    e = before[-1]
     after = f"{CONTROL.first_step_at - e.stopped_at:.1f} s after the stop"
     if e.signal_at is not None:
         after = f"{CONTROL.first_step_at - e.signal_at:.1f} s after the signal, {after}"
