@@ -220,17 +220,20 @@ submit_controller() { # python, entry (train|smoke), default sbatch options, [--
   log="$run_dir/controller-$stamp.log"
   argfile="$run_dir/controller-$stamp.args"
   (umask 077 && printf '%s\0' "${entry_prefix[@]}" "$@" >"$argfile")
+  # The batch shell ignores the warning signal until Python catches it (slurm/requeue.py): its default
+  # action would end the job if SLURM sent it while the controller starts.
+  local signal_name="${warning%@*}"
+  signal_name="${signal_name#SIG}"
   # shellcheck disable=SC2086 # TAU2_CONTROLLER_SBATCH holds several sbatch options
   job="$(cd "$repo" && sbatch --parsable --job-name="tau2-controller-$entry" --output="$log" --open-mode=append \
     --requeue "--signal=B:${warning#SIG}" $sbatch_opts \
-    --wrap "exec $(printf '%q' "$py") -m examples.tau2.slurm.controller_job --entry $entry --max-requeues $max_requeues --signal ${warning#SIG} $(printf '%q' "$argfile")")" || {
+    --wrap "trap '' $signal_name; exec $(printf '%q' "$py") -m examples.tau2.slurm.controller_job --entry $entry --max-requeues $max_requeues --signal ${warning#SIG} $(printf '%q' "$argfile")")" || {
     rm -f "$argfile"
     die "$command --submit: sbatch refused the controller's job; nothing was submitted"
   }
   job="${job%%;*}"
   echo "controller: SLURM job $job, log $log"
-  local signal_name="${warning%@*}"
-  echo "tau2_rl.sh: it requeues itself on SLURM's warning (SIG${signal_name#SIG}, ${warning#*@} s before its time limit) and after a failure, at most $max_requeues times; follow it with: tail -f $log   stop it (and every job of the run) with: scancel $job"
+  echo "tau2_rl.sh: it requeues itself on SLURM's warning (SIG$signal_name, ${warning#*@} s before its time limit) and after a failure, at most $max_requeues times; follow it with: tail -f $log   stop it (and every job of the run) with: scancel $job"
 }
 
 cmd_slurm_local() { # a throw-away CPU-only SLURM on this machine (examples/tau2/slurm/local_cluster.py)

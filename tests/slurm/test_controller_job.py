@@ -119,6 +119,8 @@ def test_submit_runs_the_controller_as_a_job_and_says_where_its_log_is(tmp_path)
         script = queue.run("scontrol", "write", "batch_script", str(job), "-")
         assert "examples.tau2.slurm.controller_job" in script and "s3cret-admin-key" not in script
         assert "--entry train --max-requeues 10 --signal USR1@600 " in script  # slurm/requeue.py's defaults
+        # SLURM may send the warning as the job starts: the shell ignores it until Python catches it.
+        assert "trap '' USR1; exec " in script
         shown = queue.run("scontrol", "show", "job", str(job))
         assert "Requeue=1" in shown and f"StdOut={log}" in shown
         gone.write_text("")  # a file where the run's folder would go

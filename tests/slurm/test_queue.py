@@ -11,9 +11,10 @@ from tests.slurm.support import slurm
 
 def test_job_lines_parse_with_every_state_slurm_reports():
     jobs = _parse_jobs("12|RUNNING|None|n1|e_t:actor\n13|PENDING|PartitionConfig||e_t:rollout\n"
-                       "14|NODE_FAIL|NodeDown|n[1-2]|x\nnot a job line\n")
-    assert [j.job_id for j in jobs] == [12, 13, 14]
-    running, never, lost = jobs
+                       "14|NODE_FAIL|NodeDown|n[1-2]|x\n15|COMPLETING|None|n1|e_t:rollout\nnot a job line\n")
+    assert [j.job_id for j in jobs] == [12, 13, 14, 15]
+    running, never, lost, ending = jobs
+    assert ending.active and not ending.running  # scancel-ed: still holds its node, its workers are gone
     assert running.running and running.active and not running.never_starts
     assert never.never_starts and never.active and not never.running
     assert not lost.active  # AReaL's STATUS_MAPPING has no NODE_FAIL (KeyError); here it is a final state

@@ -1,9 +1,10 @@
 """The controller job's requeue rules (slurm/requeue.py) without a cluster: the warning signal's option, the
 journal, the bound, and the cause a warning is given. The real thing, on the local SLURM:
-tests/slurm/test_requeue_on_slurm.py."""
+tests/slurm/test_smoke_on_slurm.py."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import signal
@@ -94,7 +95,7 @@ def test_the_warning_asks_the_run_to_stop_and_interrupts_it_when_overdue(monkeyp
     thread is interrupted (here: a recorded call) as the watchdogs do."""
     control = watchdog.RunControl()
     monkeypatch.setattr(requeue, "CONTROL", control)
-    monkeypatch.setattr(queue, "time_left_s", lambda job_id: 30.0)
+    monkeypatch.setattr(queue, "time_left_s", lambda job_id: 3600.0)
     interrupts: list[str] = []
     monkeypatch.setattr(watchdog, "interrupt_main_thread", lambda: interrupts.append(control.stop_reason))
     monkeypatch.setattr(requeue.WarningSignal, "stop_within_s", property(lambda self: 0.2))
@@ -102,6 +103,8 @@ def test_the_warning_asks_the_run_to_stop_and_interrupts_it_when_overdue(monkeyp
     handler = requeue.WarningHandler(7, WarningSignal.parse("USR1@60"))
     try:
         handler.install()
+        assert handler.signal_at is None  # an hour left: no warning missed
+        monkeypatch.setattr(queue, "time_left_s", lambda job_id: 30.0)
         os.kill(os.getpid(), signal.SIGUSR1)
         assert handler.cause is Cause.TIME_LIMIT and handler.signal_at is not None
         assert control.stop_reason == "SLURM's warning signal, 30 s before the time limit"
@@ -110,6 +113,36 @@ def test_the_warning_asks_the_run_to_stop_and_interrupts_it_when_overdue(monkeyp
         watchdog_thread._thread.join(timeout=10)
         assert interrupts == [control.stop_reason]
         watchdog_thread.__exit__()
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+
+
+@pytest.mark.parametrize(("left", "warned"), [(100.0, True), (120.0, True), (121.0, False), (None, False)])
+def test_a_warning_sent_before_the_controller_caught_it_is_found_by_the_time_left(monkeypatch, left, warned):
+    """The batch script ignores the warning until Python catches it: a time limit within the grace (and
+    SLURM's minute early) at start is the warning, without a signal; none in sight, or later, is not."""
+    control = watchdog.RunControl()
+    monkeypatch.setattr(requeue, "CONTROL", control)
+    monkeypatch.setattr(queue, "time_left_s", lambda job_id: left)
+    monkeypatch.setattr(requeue, "Watchdog", lambda *a, **k: contextlib.nullcontext())
+    previous = signal.getsignal(signal.SIGUSR1)
+    handler = requeue.WarningHandler(7, WarningSignal.parse("USR1@60"))
+    try:
+        handler.install()
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    assert (handler.signal_at is not None) is warned and bool(control.stop_reason) is warned
+    if warned:
+        assert handler.cause is Cause.TIME_LIMIT
+        assert control.stop_reason == (f"{left:.0f} s before the time limit as the controller starts, within "
+                                       "the warning's 60 s")
+
+
+def test_a_warning_outside_slurm_is_not_looked_for(monkeypatch):
+    monkeypatch.setattr(queue, "time_left_s", lambda job_id: pytest.fail("asked SLURM outside a job"))
+    previous = signal.getsignal(signal.SIGUSR1)
+    try:
+        requeue.WarningHandler(0, WarningSignal.parse("USR1@60")).install()
     finally:
         signal.signal(signal.SIGUSR1, previous)
 

@@ -15,9 +15,11 @@ import subprocess
 import time
 from dataclasses import dataclass
 
-RUNNING_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING"})
-ACTIVE_STATES = RUNNING_STATES | {"PENDING", "REQUEUED", "RESIZING", "SUSPENDED", "STOPPED", "SIGNALING",
-                                  "STAGE_OUT", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD"}
+RUNNING_STATES = frozenset({"RUNNING", "CONFIGURING"})
+"""States in which a job's processes run on. COMPLETING is not one: the job has ended (cancelled, failed
+or done) and SLURM is killing what is left, for up to `KillWait`; its workers answer no more calls."""
+ACTIVE_STATES = RUNNING_STATES | {"COMPLETING", "PENDING", "REQUEUED", "RESIZING", "SUSPENDED", "STOPPED",
+                                  "SIGNALING", "STAGE_OUT", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD"}
 """States in which a job still holds (or waits for) resources; every other state is final."""
 NEVER_SCHEDULED_REASONS = frozenset({"PartitionConfig", "PartitionNodeLimit", "PartitionTimeLimit",
                                      "BadConstraints", "InvalidAccount", "InvalidQOS", "AssocMaxJobsLimit",

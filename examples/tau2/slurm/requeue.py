@@ -199,13 +199,27 @@ class WarningHandler:
         self._overdue: Watchdog | None = None
 
     def install(self) -> None:
+        """Catch the warning from now on. The batch script ignores it until then (`tau2_rl.sh`: its default
+        action would end the job while Python starts), so one that came before is found by the time left."""
         signal.signal(self.warning.signum, self._on_signal)
+        if not self.job_id:
+            return
+        try:
+            left = queue.time_left_s(self.job_id)
+        except queue.SlurmError:
+            return
+        if left is not None and left <= self.warning.grace_s + SIGNAL_EARLY_S:
+            self._warned(Cause.TIME_LIMIT, f"{left:.0f} s before the time limit as the controller starts, "
+                         f"within the warning's {self.warning.grace_s} s")
 
     def _on_signal(self, signum: int, frame: object) -> None:
+        self._warned(*cause_of_warning(self.job_id, self.warning))
+
+    def _warned(self, cause: Cause, detail: str) -> None:
         if self.signal_at is not None:
             return
         self.signal_at = time.time()
-        self.cause, self.detail = cause_of_warning(self.job_id, self.warning)
+        self.cause, self.detail = cause, detail
         if CONTROL.finished:
             logger.info("SIG%s: %s; the run has trained every step, it ends without a requeue",
                         self.warning.name, self.detail)
