@@ -14,4 +14,8 @@ if [[ "$(id -u)" == 0 ]]; then
 fi
 .venv/bin/ruff check examples tests bench
 .venv/bin/lint-imports  # the layering: pyproject.toml's [tool.importlinter]
+# Two workers share the cores, each with processes of its own (trainers, vLLM servers, tiny-model builds):
+# OpenMP threads that spin while they wait would take the cores from the other worker's (bench/RESULTS.md,
+# "OpenMP threads that wait"). A value of the caller's own stands.
+export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
 exec .venv/bin/python -m pytest -n 2 --dist loadgroup "$@"
