@@ -202,6 +202,7 @@ submit_controller() { # python, entry (train|smoke), default sbatch options, [--
     esac
   done
   [[ "$warning" =~ ^(SIG)?[A-Z0-9]+@[0-9]+$ ]] || die "$command --submit --signal $warning is not SIGNAL@SECONDS (e.g. USR1@600)"
+  warning="${warning#SIG}"
   command -v sbatch >/dev/null || die "$command --submit: no sbatch on this machine"
   export_user_key
   local sbatch_opts="${TAU2_CONTROLLER_SBATCH:-$default_sbatch}"
@@ -223,11 +224,10 @@ submit_controller() { # python, entry (train|smoke), default sbatch options, [--
   # The batch shell ignores the warning signal until Python catches it (slurm/requeue.py): its default
   # action would end the job if SLURM sent it while the controller starts.
   local signal_name="${warning%@*}"
-  signal_name="${signal_name#SIG}"
   # shellcheck disable=SC2086 # TAU2_CONTROLLER_SBATCH holds several sbatch options
   job="$(cd "$repo" && sbatch --parsable --job-name="tau2-controller-$entry" --output="$log" --open-mode=append \
-    --requeue "--signal=B:${warning#SIG}" $sbatch_opts \
-    --wrap "trap '' $signal_name; exec $(printf '%q' "$py") -m examples.tau2.slurm.controller_job --entry $entry --max-requeues $max_requeues --signal ${warning#SIG} $(printf '%q' "$argfile")")" || {
+    --requeue "--signal=B:$warning" $sbatch_opts \
+    --wrap "trap '' $signal_name; exec $(printf '%q' "$py") -m examples.tau2.slurm.controller_job --entry $entry --max-requeues $max_requeues --signal $warning $(printf '%q' "$argfile")")" || {
     rm -f "$argfile"
     die "$command --submit: sbatch refused the controller's job; nothing was submitted"
   }

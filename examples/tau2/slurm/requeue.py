@@ -174,12 +174,17 @@ def why_not_requeue(earlier: list[Ending], now: Ending, max_requeues: int) -> st
     return ""
 
 
+def time_left_s(job_id: int) -> float | None:
+    """Seconds to the job's time limit; None when it has none or SLURM cannot say."""
+    try:
+        return queue.time_left_s(job_id)
+    except queue.SlurmError:
+        return None
+
+
 def cause_of_warning(job_id: int, warning: WarningSignal) -> tuple[Cause, str]:
     """A warning signal with the time limit near is the time limit; earlier, a preemption."""
-    try:
-        left = queue.time_left_s(job_id)
-    except queue.SlurmError:
-        left = None
+    left = time_left_s(job_id)
     if left is None:
         return Cause.PREEMPTED, "SLURM's warning signal, with no time limit in sight"
     if left <= warning.grace_s + SIGNAL_EARLY_S + 30:
@@ -202,12 +207,7 @@ class WarningHandler:
         """Catch the warning from now on. The batch script ignores it until then (`tau2_rl.sh`: its default
         action would end the job while Python starts), so one that came before is found by the time left."""
         signal.signal(self.warning.signum, self._on_signal)
-        if not self.job_id:
-            return
-        try:
-            left = queue.time_left_s(self.job_id)
-        except queue.SlurmError:
-            return
+        left = time_left_s(self.job_id) if self.job_id else None
         if left is not None and left <= self.warning.grace_s + SIGNAL_EARLY_S:
             self._warned(Cause.TIME_LIMIT, f"{left:.0f} s before the time limit as the controller starts, "
                          f"within the warning's {self.warning.grace_s} s")
@@ -234,8 +234,7 @@ class WarningHandler:
 
 def requeue_job(job_id: int, wait_s: float = 300.0) -> None:
     """`scontrol requeue` of this process's own job, then wait for SLURM to end it (SIGTERM, default
-    action), as a job requeued from outside ends: exiting first raced the requeue (the job was seen to end
-    FAILED instead of pending again)."""
+    action), as a job requeued from outside ends, rather than exit while SLURM requeues it."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     queue.run("scontrol", "requeue", str(job_id))
     time.sleep(wait_s)
