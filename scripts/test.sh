@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The project's test command: installs (idempotent) and runs the test suite on two pytest-xdist
-# workers (the tests that start AReaL's processes share one of them: tests/conftest.py says why).
+# The project's test command: installs (idempotent) and runs the test suite on three pytest-xdist
+# workers (the tests that start AReaL's processes run as one unit per seed: tests/conftest.py says why).
+# Three, not one per core: the SLURM requeue run, the longest unit, mostly waits (for SLURM, for its jobs
+# to start), and a third worker uses those cores (bench/RESULTS.md, "The test suite (`scripts/test.sh`)").
 # Extra arguments go to pytest, e.g. `bash scripts/test.sh -m "not slow" -k replay`; `-n 0` runs
 # everything in this one process.
 set -euo pipefail
@@ -14,8 +16,8 @@ if [[ "$(id -u)" == 0 ]]; then
 fi
 .venv/bin/ruff check examples tests bench
 .venv/bin/lint-imports  # the layering: pyproject.toml's [tool.importlinter]
-# Two workers share the cores, each with processes of its own (trainers, vLLM servers, tiny-model builds):
-# OpenMP threads that spin while they wait would take the cores from the other worker's (bench/RESULTS.md,
+# The workers share the cores, each with processes of its own (trainers, vLLM servers, tiny-model builds):
+# OpenMP threads that spin while they wait would take the cores from the other workers' (bench/RESULTS.md,
 # "OpenMP threads that wait"). A value of the caller's own stands.
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
-exec .venv/bin/python -m pytest -n 2 --dist loadgroup "$@"
+exec .venv/bin/python -m pytest -n 3 --dist loadgroup "$@"

@@ -4,7 +4,7 @@ Every test starts from an unpredictable `random` state (`fresh_random_state`), a
 AReaL 1.0.4 seeds Python's `random` with `config.seed` before it picks free ports at random, so code that
 runs after a seeded test in this process would otherwise pick the ports a trainer it starts is about to
 bind. For the same reason two AReaL runs of one config started at once pick the same ports: the tests
-that start AReaL's processes (`AREAL_PROCESS_MODULES`) run as one unit per seed on one pytest-xdist
+that start AReaL's processes (`AREAL_PROCESS_GROUPS`) run as one unit per seed on one pytest-xdist
 worker, handed out before the other tests (`GroupsFirstScheduling`, with `--dist loadgroup`), and hold one
 lock file per seed while they run (`one_areal_run_per_seed`), which also keeps two suites run side by
 side on one machine apart.
@@ -29,7 +29,7 @@ from xdist.scheduler import LoadGroupScheduling
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 # Each pytest process (every xdist worker: not inherited from the controller) keeps its own record of the
-# training runs alive (lifecycle/live_runs.py), which the runs it starts inherit: the suite's two groups of
+# training runs alive (lifecycle/live_runs.py), which the runs it starts inherit: the suite's groups of
 # AReaL runs use different seeds, and a pre-flight check on another worker must not see them.
 LIVE_RUNS_DIR = tempfile.mkdtemp(prefix="tau2-live-runs-")
 os.environ["TAU2_LIVE_RUNS_DIR"] = LIVE_RUNS_DIR
@@ -48,16 +48,27 @@ from examples.tau2.cpu.scripted_endpoint import EndpointThread  # noqa: E402
 from examples.tau2.tau2_agent import Tau2AgentWorkflow  # noqa: E402
 from examples.tau2.tau2_utils import EpisodeResult  # noqa: E402
 
-AREAL_PROCESS_MODULES = {
-    "tests.cpu.test_smoke_faults": "areal-processes",     # whole smoke runs: trainer, proxy servers, vLLM
-    "tests.test_tau2_train": "areal-processes",           # the training entry's workers
-    "tests.test_proxy_integration": "areal-processes",    # AReaL's proxy rollout servers
-    "tests.lifecycle.test_recover": "areal-processes",     # a trainer whose server dies, the reaper
-    "tests.sft.test_train": "areal-processes",            # AReaL's SFT trainer under torchrun
-    "tests.slurm.test_smoke_on_slurm": "areal-slurm",     # smoke runs through SLURM, with their own seed
+AREAL_PROCESS_GROUPS = {
+    "tests/cpu/test_smoke_faults.py": "areal-processes",     # whole smoke runs: trainer, proxy servers, vLLM
+    "tests/test_tau2_train.py": "areal-processes",           # the training entry's workers
+    "tests/test_proxy_integration.py": "areal-processes",    # AReaL's proxy rollout servers
+    "tests/lifecycle/test_recover.py": "areal-processes",     # a trainer whose server dies, the reaper
+    "tests/sft/test_train.py": "areal-processes",            # AReaL's SFT trainer under torchrun
+    "tests/slurm/test_smoke_on_slurm.py": "areal-slurm",     # the requeue run through SLURM, its own seed
+    # the failed start through SLURM: a seed and a cluster of its own, so it runs beside the requeue run
+    ("tests/slurm/test_smoke_on_slurm.py::"
+     "test_a_run_that_fails_at_start_is_requeued_twice_then_stops_with_the_cause"): "areal-slurm-start",
 }
-"""Test modules that start AReaL's own processes, and their xdist group (see the module docstring). The
-SLURM smoke runs use another seed than every run of `areal-processes`, so the two groups may run at once."""
+"""The tests that start AReaL's own processes (a module's path, or one test's id) and their xdist group (see
+the module docstring); a test's own entry wins over its module's. Each group uses a seed of its own, so the
+groups may run at once."""
+
+
+def areal_group_of_node(nodeid: str) -> str | None:
+    """The group of a test id such as `tests/cpu/test_smoke_faults.py::test_x[a]`: its own entry in
+    `AREAL_PROCESS_GROUPS`, else its module's."""
+    test = nodeid.split("[", 1)[0]
+    return AREAL_PROCESS_GROUPS.get(test) or AREAL_PROCESS_GROUPS.get(test.split("::", 1)[0])
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
@@ -66,10 +77,10 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 @pytest.fixture(autouse=True)
 def one_areal_run_per_seed(request: pytest.FixtureRequest) -> Iterator[None]:
-    """A test of an `AREAL_PROCESS_MODULES` group holds its group's lock file while it runs: within one
+    """A test of an `AREAL_PROCESS_GROUPS` group holds its group's lock file while it runs: within one
     suite `GroupsFirstScheduling` already runs a group on one worker; the lock keeps apart the runs of
     suites started side by side, or with another `--dist`."""
-    group = AREAL_PROCESS_MODULES.get(request.module.__name__) if request.module is not None else None
+    group = areal_group_of_node(request.node.nodeid)
     if group is None:
         yield
         return
@@ -81,15 +92,8 @@ def one_areal_run_per_seed(request: pytest.FixtureRequest) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def areal_group_of_node(nodeid: str) -> str | None:
-    """The group of a test id such as `tests/cpu/test_smoke_faults.py::test_x[a]`, from its module's path."""
-    path = nodeid.split("::", 1)[0]
-    module = path.removesuffix(".py").replace("/", ".")
-    return AREAL_PROCESS_MODULES.get(module) if path.endswith(".py") else None
-
-
 class GroupsFirstScheduling(LoadGroupScheduling):
-    """`--dist loadgroup`, with the groups taken from `AREAL_PROCESS_MODULES` by test id and handed out
+    """`--dist loadgroup`, with the groups taken from `AREAL_PROCESS_GROUPS` by test id and handed out
     first. pytest-xdist 3.8 marks a grouped test by renaming `item._nodeid`, which pytest 9 no longer
     reads, so its own groups never form and grouped tests go to both workers (where they would wait on
     each other's lock). The groups are the suite's longest units, so they start first and the short tests
@@ -99,7 +103,7 @@ class GroupsFirstScheduling(LoadGroupScheduling):
         return areal_group_of_node(nodeid) or super()._split_scope(nodeid)
 
     def _assign_work_unit(self, node: Any) -> None:
-        for group in reversed(sorted(set(AREAL_PROCESS_MODULES.values()))):
+        for group in reversed(sorted(set(AREAL_PROCESS_GROUPS.values()))):
             if group in self.workqueue:
                 self.workqueue.move_to_end(group, last=False)
         super()._assign_work_unit(node)

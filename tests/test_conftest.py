@@ -1,5 +1,5 @@
 """The suite's scheduler (`conftest.GroupsFirstScheduling`), driven by pytest-xdist's own scheduling code
-with two stand-in workers: every group of tests that start AReaL's processes goes whole to one worker,
+with three stand-in workers: every group of tests that start AReaL's processes goes whole to one worker,
 before any other test, and every test is sent exactly once."""
 
 from __future__ import annotations
@@ -11,7 +11,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.conftest import AREAL_PROCESS_MODULES, GroupsFirstScheduling, pytest_xdist_make_scheduler
+from tests.conftest import (
+    AREAL_PROCESS_GROUPS,
+    GroupsFirstScheduling,
+    areal_group_of_node,
+    pytest_xdist_make_scheduler,
+)
 
 COLLECTION = [
     "tests/compat/test_tau2_cache.py::test_a",
@@ -20,6 +25,7 @@ COLLECTION = [
     "tests/eval/test_evaluate.py::test_b",
     "tests/slurm/test_scheduler.py::test_c",
     "tests/slurm/test_smoke_on_slurm.py::test_scancel",
+    "tests/slurm/test_smoke_on_slurm.py::test_a_run_that_fails_at_start_is_requeued_twice_then_stops_with_the_cause",
     "tests/test_proxy_integration.py::test_d",
     "tests/test_tau2_agent.py::test_e[a@b]",
     "tests/test_tau2_train.py::test_f",
@@ -46,29 +52,37 @@ class Worker:
 
 
 def config(dist: str, reorder: bool = True) -> SimpleNamespace:
-    """What the scheduler reads of pytest's config: `-n 2`, `--dist` and `--[no-]loadscope-reorder`."""
-    return SimpleNamespace(getvalue={"tx": ["2*popen"], "dist": dist}.get,
+    """What the scheduler reads of pytest's config: `-n 3`, `--dist` and `--[no-]loadscope-reorder`."""
+    return SimpleNamespace(getvalue={"tx": ["3*popen"], "dist": dist}.get,
                            option=SimpleNamespace(loadscopereorder=reorder))
 
 
 def group_indexes(group: str) -> list[int]:
-    modules = [m.replace(".", "/") + ".py::" for m, g in AREAL_PROCESS_MODULES.items() if g == group]
-    return [i for i, nodeid in enumerate(COLLECTION) if nodeid.startswith(tuple(modules))]
+    return [i for i, nodeid in enumerate(COLLECTION) if areal_group_of_node(nodeid) == group]
+
+
+def test_a_tests_own_group_wins_over_its_modules():
+    failed_start = COLLECTION[6]
+    assert areal_group_of_node(failed_start) == "areal-slurm-start" == AREAL_PROCESS_GROUPS[failed_start]
+    assert areal_group_of_node("tests/slurm/test_smoke_on_slurm.py::test_scancel") == "areal-slurm"
+    assert areal_group_of_node("tests/cpu/test_smoke_faults.py::test_outage[vllm]") == "areal-processes"
+    assert areal_group_of_node("tests/cpu/test_smoke_faults.pyc::test_x") is None
+    assert areal_group_of_node("tests/eval/test_evaluate.py::test_b") is None
 
 
 @pytest.mark.parametrize("reorder", [True, False], ids=["reorder", "no-reorder"])
 def test_each_group_goes_whole_to_one_worker_first_and_every_test_runs_once(reorder):
     scheduler = pytest_xdist_make_scheduler(config("loadgroup", reorder), None)  # type: ignore[arg-type]
     assert isinstance(scheduler, GroupsFirstScheduling)
-    workers = [Worker("gw0"), Worker("gw1")]
+    workers = [Worker("gw0"), Worker("gw1"), Worker("gw2")]
     for worker in workers:
         scheduler.add_node(worker)  # type: ignore[arg-type]
     for worker in workers:
         scheduler.add_node_collection(worker, COLLECTION)  # type: ignore[arg-type]
     scheduler.schedule()
-    processes, slurm = group_indexes("areal-processes"), group_indexes("areal-slurm")
-    assert len(processes) == 5 and len(slurm) == 1
-    assert [w.sent[0] for w in workers] == [processes, slurm]
+    groups = [group_indexes(g) for g in ("areal-processes", "areal-slurm", "areal-slurm-start")]
+    assert [len(g) for g in groups] == [5, 1, 1]
+    assert [w.sent[0] for w in workers] == groups
 
     done: set[int] = set()
     while not all(w.shutting_down for w in workers):  # each worker finishes its tests one at a time
@@ -78,7 +92,7 @@ def test_each_group_goes_whole_to_one_worker_first_and_every_test_runs_once(reor
                 scheduler.mark_test_complete(worker, pending[0])  # type: ignore[arg-type]
     sent = [i for w in workers for unit in w.sent for i in unit]
     assert sorted(sent) == list(range(len(COLLECTION)))
-    for group in (processes, slurm):
+    for group in groups:
         assert sum(any(i in group for unit in w.sent for i in unit) for w in workers) == 1
 
 

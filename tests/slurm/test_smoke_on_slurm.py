@@ -13,8 +13,9 @@ A run whose worker cannot start is requeued twice, then stops with the cause and
 One whole run costs minutes on 2 cores, so the rest of the SLURM path is tested where it is cheap, against
 the same real SLURM (tests/slurm/test_scheduler.py).
 
-It runs with its own seed, in its own xdist group (tests/conftest.py): AReaL draws its ports from
-`random` seeded with it, so it never picks the ports of the local smoke runs beside it.
+Each test runs with a seed of its own, in an xdist group of its own (tests/conftest.py), on a cluster of its
+own: AReaL draws its ports from `random` seeded with it, so neither picks the ports of the other or of the
+local smoke runs beside them.
 """
 
 from __future__ import annotations
@@ -46,8 +47,9 @@ from tests.slurm.support import slurm
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 EXPERIMENT = "tau2-smoke-cpu"
-SEED = "seed=7"
-"""Not the other smoke runs' seed: AReaL draws its free ports from `random` seeded with it."""
+SEED, FAILED_START_SEED = "seed=7", "seed=8"
+"""Not the other smoke runs' seed, nor each other's: AReaL draws its free ports from `random` seeded
+with it."""
 OWN_DOMAIN = REPO / "examples" / "tau2" / "docs" / "own_domain"
 LIBRARY = ("econfig.domain=library", "econfig.domain_modules=[library_desk]", "econfig.train_split=train")
 """docs/own_domain.md's smoke command."""
@@ -65,10 +67,11 @@ def submit_env(tmp_path: Path, sbatch: str) -> dict[str, str]:
             "TAU2_CONTROLLER_SBATCH": sbatch}
 
 
-def submit_smoke(tmp_path: Path, sbatch: str, flags: tuple[str, ...], *overrides: str) -> tuple[int, Path]:
+def submit_smoke(tmp_path: Path, sbatch: str, flags: tuple[str, ...], *overrides: str,
+                 seed: str = SEED) -> tuple[int, Path]:
     """`tau2_rl.sh smoke --submit FLAGS` with the CI-sized run under `tmp_path` and `overrides`: (job id,
     log)."""
-    smoke = smoke_command(tmp_path, "scheduler.type=slurm", SEED, *LIBRARY, *overrides)[3:]  # the overrides
+    smoke = smoke_command(tmp_path, "scheduler.type=slurm", seed, *LIBRARY, *overrides)[3:]  # the overrides
     done = subprocess.run(["bash", str(SCRIPT), "smoke", "--submit", *flags, *smoke], cwd=REPO, text=True,
                           capture_output=True, env=submit_env(tmp_path, sbatch), timeout=300)
     assert done.returncode == 0, done.stderr[-5000:]
@@ -174,7 +177,8 @@ def test_a_run_that_fails_at_start_is_requeued_twice_then_stops_with_the_cause(t
     and nothing of the run is left queued."""
     with slurm(nodes=1, cpus=4):
         job, log = submit_smoke(tmp_path, "--cpus-per-task=1 --mem=2G", ("--max-requeues", "10"),
-                                "actor.scheduling_spec.0.cmd=python3 -m no_such_module")
+                                "actor.scheduling_spec.0.cmd=python3 -m no_such_module",
+                                seed=FAILED_START_SEED)
         journal = Journal.beside(log.with_suffix(".args"))
         wait_on(job, log, lambda: ended_for_good(job, lambda: any(not e.requeued for e in journal.endings())),
                 "the controller's end", 900)
