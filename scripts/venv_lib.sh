@@ -74,7 +74,12 @@ venv_from_lock() {
     local -a options
     mapfile -t options < <(uv_options "$python")
     [[ -x "$venv/bin/python" ]] || "$uv" venv -q --seed -p "$python" "$venv" >&2
-    if "$uv" pip install -q -p "$venv/bin/python" --no-deps -r "$lock" "${options[@]}" >&2; then
+    # --compile-bytecode: what pip does by default and uv does not. Without it every process compiles each
+    # module it imports, and where PYTHONDONTWRITEBYTECODE is set (many CI and container images) it does so
+    # again in every process: an AReaL worker's imports take 11 s instead of 6 (bench/RESULTS.md,
+    # "Compiled bytecode in the venvs").
+    if "$uv" pip install -q -p "$venv/bin/python" --no-deps --compile-bytecode -r "$lock" "${options[@]}" >&2
+    then
       installer=uv
     else
       echo "$name: uv could not install ${lock#"$repo"/} (its error is above); trying pip" >&2

