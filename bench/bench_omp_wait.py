@@ -1,6 +1,6 @@
 """OpenMP threads that spin while they wait, against threads that sleep (`OMP_WAIT_POLICY=PASSIVE`), when
 processes share the cores: as the CPU runs' trainer, vLLM server and controller do, and the test suite's
-two workers.
+workers.
 
     python bench/bench_omp_wait.py [--builds 2] [--steps 60]   (Markdown)
 
