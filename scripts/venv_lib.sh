@@ -1,8 +1,9 @@
 # Shared by install.sh and install_vllm_cpu.sh: build a venv from an exactly pinned lock, once.
 
-# The hash a venv's stamp records: of the lock and any other files the install depends on.
+# The hash a venv's stamp records: of the lock and any other files the install depends on, and of this
+# file, which says how every venv is installed (a change here rebuilds them once).
 files_hash() {
-  cat "$@" | sha256sum | cut -d' ' -f1
+  cat "$@" "${BASH_SOURCE[0]}" | sha256sum | cut -d' ' -f1
 }
 
 # uv, pinned, from the package registry like everything else, in a small venv of its own (TAU2_UV_VENV,

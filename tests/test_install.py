@@ -135,7 +135,7 @@ def _install(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
 
 
 def _lock_hash(*files: str) -> str:
-    """What an install script's stamp records of these files (scripts/venv_lib.sh)."""
+    """What an install script's stamp records of these files (and of scripts/venv_lib.sh itself)."""
     return subprocess.run(["bash", "-c", 'source scripts/venv_lib.sh && files_hash "$@"', "hash", *files],
                           cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
 
@@ -152,7 +152,7 @@ def test_an_unset_tau2_keeps_the_release_the_venv_has(tmp_path):
     every tau2_rl.sh command does); asking for the other release reinstalls."""
     source = tmp_path / "tau2-bench"
     source.mkdir()
-    digest = _lock_hash("requirements/cpu.lock", "pyproject.toml", "scripts/venv_lib.sh")
+    digest = _lock_hash("requirements/cpu.lock", "pyproject.toml")
     assert re.fullmatch(r"[0-9a-f]{64}", digest)
     (tmp_path / "venv").mkdir()
     (tmp_path / "venv" / ".tau2-areal-installed").write_text(f"{digest} tau2=upstream {source}\n")
@@ -189,12 +189,12 @@ def test_the_test_command_stops_when_either_install_fails(tmp_path, failing):
     venv, vllm = tmp_path / "venv", tmp_path / "venv-vllm"
     if failing != "install.sh":  # current: install.sh has nothing to do
         venv.mkdir()
-        digest = _lock_hash("requirements/cpu.lock", "pyproject.toml", "scripts/venv_lib.sh")
+        digest = _lock_hash("requirements/cpu.lock", "pyproject.toml")
         (venv / ".tau2-areal-installed").write_text(f"{digest} tau2=nvidia v1.0.1\n")
     if failing != "install_vllm_cpu.sh":
         vllm.mkdir()
         (vllm / ".tau2-areal-vllm-installed").write_text(
-            _lock_hash("requirements/vllm-cpu.lock", "scripts/venv_lib.sh") + "\n")
+            _lock_hash("requirements/vllm-cpu.lock") + "\n")
     env = {**{k: v for k, v in os.environ.items() if k != "TAU2"}, "VENV": str(venv), "VLLM_VENV": str(vllm),
            "PYTHON": "no-such-python3.11"}
     out = subprocess.run(["bash", str(REPO / "scripts" / "test.sh")], capture_output=True, text=True, env=env,
