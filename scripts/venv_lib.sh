@@ -77,8 +77,7 @@ venv_from_lock() {
     [[ -x "$venv/bin/python" ]] || "$uv" venv -q --seed -p "$python" "$venv" >&2
     # --compile-bytecode: what pip does by default and uv does not. Without it every process compiles each
     # module it imports, and where PYTHONDONTWRITEBYTECODE is set (many CI and container images) it does so
-    # again in every process: an AReaL worker's imports take 11 s instead of 6 (bench/RESULTS.md,
-    # "Compiled bytecode in the venvs").
+    # again in every process (what it costs: bench/RESULTS.md, "Compiled bytecode in the venvs").
     if "$uv" pip install -q -p "$venv/bin/python" --no-deps --compile-bytecode -r "$lock" "${options[@]}" >&2
     then
       installer=uv
