@@ -536,7 +536,8 @@ def test_a_data_dir_the_installed_tau2_ignores_is_refused(tmp_path, capsys, monk
     (["--bootstrap-resamples", "0"], "bootstrap resamples must be >= 1"),
     (["--bootstrap-confidence", "95"], "confidence must be in (0, 1)"),
     (["--domains", "banking"], "unknown tau2 domain 'banking'; known: airline, retail, telecom, mock"),
-    (["--domain-modules", "no_such_mod"], "domain module 'no_such_mod' does not import (ModuleNotFoundError"),
+    (["--domain-modules", "no_such_mod"], "domain module 'no_such_mod' is not on the Python path: add the "
+                                          "folder that holds 'no_such_mod' (PYTHONPATH="),
     (["--oracle"], "--oracle plays the ground truth: it takes no --policy-base-url, --policy-model"),
     ([], "the policy at --policy-base-url=http://127.0.0.1:1/v1 is not reachable (ConnectError); start its "
          "server or fix --policy-base-url"),

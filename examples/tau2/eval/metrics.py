@@ -91,6 +91,10 @@ class TrialRecord:
     rejection: str = ""
     """A `RejectReason` value for a rejected attempt, empty for a scored one."""
     rejection_detail: str = ""
+    failed_checks: list[str] = field(default_factory=list)
+    """The criteria τ² failed a scored trial on, one phrase each (`eval.oracle.failed_checks`)."""
+    inputs: str = ""
+    """The key of what the trial depended on (`eval.inputs`): a resume keeps the trial only while it holds."""
 
     def __post_init__(self) -> None:
         if bool(self.rejection) == (self.tau2_reward is not None):

@@ -49,6 +49,8 @@ class EvalPlan:
     """How results.md's intervals are computed: reporting only, so not in `settings()`."""
     seed_base: int = 0
     """Trial t uses seed `seed_base + t`: another base draws other episodes of the same policy."""
+    inputs: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)
+    """domain -> task id -> the key of what its trials depend on (`eval.inputs.task_keys`)."""
 
     def seed(self, trial: int) -> int:
         return self.seed_base + trial
