@@ -9,6 +9,8 @@ import sys
 import pytest
 
 from examples.tau2.slurm import checks, queue
+from examples.tau2.slurm.plan import JobRequest
+from examples.tau2.slurm.scheduler import duration_setting_s, pending_limit_s
 from examples.tau2.tau2_train import main
 from tests.slurm.support import REPO, slurm
 from tests.tau2_train_support import CONFIG, load
@@ -31,6 +33,17 @@ def test_an_unreachable_slurm_has_no_capacity_to_compare(monkeypatch):
     assert checks.check_capacity(load(*CPU_ONLY).config) == []  # not reachable: nothing to compare
 
 
+def test_the_pending_limit_and_start_timeout_are_durations_checked_before_start(monkeypatch):
+    assert [duration_setting_s(v, "X") for v in ("90", "90s", "30m", "24h", "2d", "1.5h")] == \
+        [90, 90, 1800, 86400, 172800, 5400]
+    assert pending_limit_s() == 86400  # a day by default
+    monkeypatch.setenv("TAU2_PENDING_LIMIT", "forever")
+    monkeypatch.setenv("TAU2_WORKER_START_TIMEOUT", "0")
+    problems = checks.check_slurm(load(*CPU_ONLY).config, {}, ask_cluster=False)
+    fix = "is not a positive duration; set it like 90s, 30m, 24h or 2d"
+    assert problems == [f"TAU2_PENDING_LIMIT=forever {fix}", f"TAU2_WORKER_START_TIMEOUT=0 {fix}"]
+
+
 @pytest.mark.slow
 def test_dry_run_compares_the_jobs_with_the_nodes(tmp_path, capsys):
     with slurm(nodes=1, cpus=4, mem_mb=8192):
@@ -38,6 +51,11 @@ def test_dry_run_compares_the_jobs_with_the_nodes(tmp_path, capsys):
         root = (f"cluster.fileroot={tmp_path}", f"cluster.name_resolve.nfs_record_root={tmp_path}/nr")
         fits = load(*CPU_ONLY, *root).config
         assert checks.check_capacity(fits) == []
+        # with `--submit`'s controller job beside them (1 CPU), the rollout and actor jobs (2 CPUs each)
+        # no longer fit the node at once: the last would pend for good
+        controller = JobRequest("controller", 1, 1, 1, 1024, 0)
+        (at_once,) = checks.check_capacity(fits, controller)
+        assert at_once.startswith("SLURM can never run the jobs of this run at once (rollout job"), at_once
         lines = checks.describe_cluster(fits)
         assert lines[0] == "job: rollout job (1 node(s) x 1 task(s) of 2 CPUs = 2 CPUs, 2048 MB per node)"
         assert lines[2] == "rollout and actor workers: natively, the controller's interpreter"

@@ -13,8 +13,15 @@ from pathlib import Path
 import pytest
 
 from examples.tau2.slurm import controller_job, queue
-from examples.tau2.slurm.controller_job import controller_problem, controller_request, read_args
+from examples.tau2.slurm.controller_job import (
+    controller_problem,
+    controller_request,
+    read_args,
+    time_limit_s,
+    time_problem,
+)
 from examples.tau2.slurm.queue import NodeInfo
+from examples.tau2.slurm.requeue import WarningSignal
 from tests.slurm.support import REPO, slurm, wait_until
 
 SCRIPT = REPO / "examples" / "tau2" / "tau2_rl.sh"
@@ -55,6 +62,27 @@ def test_the_controller_request_is_read_from_its_sbatch_options():
         'reads (e.g. 32G, 4096M); set TAU2_CONTROLLER_SBATCH, e.g. to "--cpus-per-task=4 --mem=32G"')
 
 
+@pytest.mark.parametrize(("value", "seconds"), [("4", 240), ("4:30", 270), ("1:00:00", 3600), ("2-3", 183600),
+                                              ("1-0:10", 87000), ("0-0:0:59", 59), ("UNLIMITED", None)])
+def test_time_limits_are_read_as_sbatch_reads_them(value, seconds):
+    assert time_limit_s(value) == seconds
+
+
+def test_a_time_limit_within_the_warnings_reach_is_refused_naming_both():
+    """SLURM warns up to a minute before the signal's lead: `--time=4` with USR1@600 is told to stop as it
+    starts, every incarnation, and never trains a step."""
+    default = WarningSignal.parse("USR1@600")
+    assert time_problem("-c 1 --mem=2G --time=4", default) == (
+        "--time=4 (240 s) leaves no room for the warning signal USR1@600, which SLURM sends 600 s before the "
+        "time limit and up to a minute early, so every incarnation would be told to stop as it starts; set "
+        "TAU2_CONTROLLER_SBATCH's --time above 660 s (11.0 min), or a shorter --signal (e.g. USR1@90)")
+    assert "above 660 s" in time_problem("-t 11", default) and time_problem("-t 11:01", default) == ""
+    assert time_problem("--time=10", WarningSignal.parse("USR1@539")) == ""  # the requeue test's
+    assert time_problem("--time 1", default).endswith("(11.0 min)")  # no shorter signal fits a minute
+    assert time_problem("--mem=2G", default) == "" and time_problem("--time=infinite", default) == ""
+    assert "is not a time limit sbatch reads" in time_problem("--time=soon", default)
+
+
 def test_a_controller_request_no_node_holds_is_one_sentence_naming_the_setting(monkeypatch):
     nodes = {"cpu": [NodeInfo("n1", "cpu", True, 4, 16384, 0, "idle")]}
     monkeypatch.setattr(controller_job.queue, "available", lambda: True)
@@ -71,7 +99,7 @@ def test_a_controller_request_no_node_holds_is_one_sentence_naming_the_setting(m
 def test_submit_of_the_default_config_is_refused_before_sbatch(tmp_path):
     """What a new user of `tau2_rl.sh slurm-local up` gets from `slurm --submit`: the controller's own job
     (32 GiB) on nodes of 16 GiB and the config's problems, as plain `slurm` reports them, and no job."""
-    with slurm(nodes=1, cpus=4):  # as `slurm-local up` makes them: 4 CPUs, 16 GiB
+    with slurm(nodes=1, cpus=4, mem_mb=16384):  # nodes of 16 GiB
         done = submit(script_env(tmp_path))
         assert done.returncode == 1, done.stderr
         err = done.stderr
@@ -84,6 +112,31 @@ def test_submit_of_the_default_config_is_refused_before_sbatch(tmp_path):
             "tau2_rl.sh: slurm --submit: refused before sbatch (the problems above); nothing was submitted")
         assert not list(tmp_path.glob("controller-*"))  # no arguments file, no log
         assert queue.jobs_named("") == []
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_smoke_submit_refuses_a_layout_that_never_fits_at_once_and_a_time_within_the_warning(tmp_path):
+    """On a node of 4 CPUs and 16 GiB the smoke run's jobs each fit, but not at once (the trainer's and the
+    vLLM server's 8 GiB and the controller's 2 GiB): the last would pend for good. `--time=4` with the
+    default warning (600 s) would be warned as it starts, every time. Both refused before sbatch."""
+    with slurm(nodes=1, cpus=4, mem_mb=16384):
+        env = script_env(tmp_path, TAU2_CONTROLLER_SBATCH="-c 1 --mem=2G --time=4")
+        done = subprocess.run(["bash", str(SCRIPT), "smoke", "--submit", "scheduler.type=slurm"],
+                              capture_output=True, text=True, env=env, timeout=180)
+        assert done.returncode == 1, done.stderr
+        problems = [line for line in done.stderr.splitlines() if line.startswith("smoke: ")]
+        assert problems[-1] == "smoke: 2 problem(s); nothing was started", done.stderr
+        assert problems[0].startswith("smoke: SLURM can never run the jobs of this run at once (rollout job "
+                                      "(1 node(s) x 1 task(s) of 1 CPUs = 1 CPUs, 8192 MB per node), actor "
+                                      "job"), done.stderr
+        assert problems[0].endswith("(CPUs, GPUs and memory shared), and the run holds each job until it "
+                                    "ends, so the last one would pend for good; lower the roles' "
+                                    "scheduling_spec (cpu, mem, gpu), or TAU2_CONTROLLER_SBATCH's "
+                                    "--cpus-per-task and --mem, or use a partition with more nodes")
+        assert problems[1].startswith("smoke: --time=4 (240 s) leaves no room for the warning signal USR1@")
+        assert "nothing was submitted" in done.stderr and queue.jobs_named("") == []
+        assert not list(tmp_path.glob("controller-*"))
 
 
 @pytest.mark.slow

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from examples.tau2.slurm.plan import JobRequest, run_requests, unschedulable
-from examples.tau2.slurm.queue import NodeInfo
+from examples.tau2.slurm.plan import JobRequest, run_requests, unplaceable, unschedulable
+from examples.tau2.slurm.queue import Allocation, NodeInfo
 from tests.tau2_train_support import load
 
 
@@ -41,6 +41,34 @@ def test_a_request_no_node_fits_is_named_with_the_largest_node():
     assert "1 needed" in unschedulable(request, [node(state="down*")])
     two = JobRequest.for_role("actor", spec(), 16, 8)
     assert "1 of the 2 node(s)" in unschedulable(two, [node(), node("n2", mem=1000)])
+
+
+def test_jobs_that_each_fit_but_not_all_at_once_are_named():
+    """The run holds every job until it ends: the smoke run's trainer (2 CPUs, 8 GiB), vLLM server (1, 8 GiB)
+    and controller (1, 2 GiB) on one node of 4 CPUs pend for good there unless it has 18 GiB."""
+    actor, rollout = (JobRequest.for_role(r, spec(cpu=c, mem=8, gpu=0), 1, 0) for r, c in (("actor", 2),
+                                                                                        ("rollout", 1)))
+    controller = JobRequest("controller", 1, 1, 1, 2048, 0)
+    jobs, shared = [actor, rollout, controller], Allocation(whole_nodes=False, memory=True)
+    assert unplaceable(jobs, [node(cpus=4, mem=18432, gpus=0)], shared) == ""
+    short = unplaceable(jobs, [node(cpus=4, mem=16384, gpus=0)], shared)
+    assert short.startswith("SLURM can never run the jobs of this run at once (actor job (1 node(s) x 1 "
+                            "task(s) of 2 CPUs"), short
+    assert short.endswith("on the 1 usable node(s) of partition gpu (CPUs, GPUs and memory shared), and the "
+                          "run holds each job until it ends, so the last one would pend for good; lower the "
+                          "roles' scheduling_spec (cpu, mem, gpu), or use a partition with more nodes"), short
+    assert unplaceable(jobs, [node(cpus=4, mem=16384, gpus=0)], Allocation(False, memory=False)) == ""
+    assert unplaceable(jobs, [node(cpus=3, mem=99999, gpus=0)], shared)  # 4 CPUs asked
+    two = [node("n1", cpus=2, mem=12288, gpus=0), node("n2", cpus=2, mem=12288, gpus=0)]
+    assert unplaceable(jobs, two, shared) == ""  # tests/slurm/test_smoke_on_slurm.py's two nodes
+    assert unplaceable(jobs, [*two, node("n3", state="down")], Allocation(True, True))  # a job per node
+    assert unplaceable(jobs, [*two, node("n3")], Allocation(True, True)) == ""
+    # AReaL asks a whole node's GPUs (--gres=gpu:8) for each GPU role: two roles need two nodes
+    gpu_jobs = [JobRequest.for_role("rollout", spec(), 4, 8), JobRequest.for_role("actor", spec(), 4, 8)]
+    assert unplaceable(gpu_jobs, [node()], shared)
+    assert unplaceable(gpu_jobs, [node(), node("n2")], shared) == ""
+    many = [node(f"n{i}", cpus=4, mem=18432, gpus=0) for i in range(500)]
+    assert unplaceable([*jobs] * 200, many[:1], shared) and unplaceable([*jobs] * 5, many, shared) == ""
 
 
 def test_the_shipped_configs_submit_one_job_per_role(tmp_path):

@@ -20,6 +20,8 @@ def test_job_lines_parse_with_every_state_slurm_reports():
     assert not lost.active  # AReaL's STATUS_MAPPING has no NODE_FAIL (KeyError); here it is a final state
     assert running.describe() == "SLURM job 12 (e_t:actor) is RUNNING on n1"
     assert never.describe() == "SLURM job 13 (e_t:rollout) is PENDING (PartitionConfig)"
+    (down,) = _parse_jobs("16|PENDING|ReqNodeNotAvail, UnavailableNodes:n1||e_t:actor\n")  # as squeue says it
+    assert down.never_starts and not _parse_jobs("17|PENDING|Resources||x\n")[0].never_starts
 
 
 @pytest.mark.parametrize(("gres", "gpus"), [("(null)", 0), ("gpu:8", 8), ("gpu:h100:8(S:0-1)", 8),

@@ -55,6 +55,12 @@ def test_requeues_stop_at_the_bound():
     assert "--max-requeues 0" in why_not_requeue([], end(0, True), max_requeues=0)
 
 
+def test_a_worker_job_that_cannot_start_is_not_requeued():
+    """It pends for a reason no wait clears, or past the pending limit: a requeued run pends the same way."""
+    assert why_not_requeue([], end(0, True, Cause.UNSCHEDULABLE), 10) == (
+        "its worker job could not start, and a requeued run would pend the same way")
+
+
 def test_two_requeues_without_a_new_saved_step_stop_the_run():
     """A failure at start repeats: requeue 1 and requeue 2 saved nothing, so the third failure stops it.
     One requeue without progress, or progress in between, goes on."""

@@ -8,10 +8,13 @@ override that can go. Real rpc workers start where a test needs one to answer (~
 from __future__ import annotations
 
 import json
+import logging
 import os
+import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -26,8 +29,16 @@ from examples.tau2.cpu.smoke_config import load_smoke_config
 from examples.tau2.lifecycle.reaper import cancel_jobs
 from examples.tau2.lifecycle.watchdog import WorkerJobEnded
 from examples.tau2.slurm import queue
+from examples.tau2.slurm import scheduler as slurm_scheduler
 from examples.tau2.slurm.registry import JobRegistry, job_name_prefix
-from examples.tau2.slurm.scheduler import Tau2SlurmScheduler, _ForkInterpreter, worker_interpreter
+from examples.tau2.slurm.scheduler import (
+    PENDING_LIMIT_ENV,
+    START_TIMEOUT_ENV,
+    Tau2SlurmScheduler,
+    WorkerJobCannotStart,
+    _ForkInterpreter,
+    worker_interpreter,
+)
 from tests.slurm.support import REPO, STAND_IN_LOG_ENV, install_stand_in, slurm, wait_until
 from tests.tau2_train_support import trainer_without_areal_init
 
@@ -212,7 +223,110 @@ def test_stock_areal_waits_out_its_timeout_for_a_worker_that_died(cluster, tmp_p
 
 
 # ---------------------------------------------------------------------------------------------
-# 5: stopping cancels pending jobs too
+# 5: a busy queue is waited for; a job that can never start is not
+
+
+def hold_the_node(cluster) -> int:
+    """A job on every CPU of the node: the next one pends (Resources) until it ends."""
+    holder = int(cluster.run("sbatch", "--parsable", "-c", "4", "-o", "/dev/null", "--wrap",
+                             "sleep 600").strip())
+    wait_until(lambda: queue.query_jobs([holder])[holder].running, 30, "the holder to run")
+    return holder
+
+
+class Said(logging.Handler):
+    """The lines of the project's SLURM logger (it does not propagate to pytest's caplog)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def test_a_pending_job_is_waited_for_and_its_start_up_timeout_counts_once_it_runs(cluster, tmp_path,
+                                                                                  monkeypatch):
+    """The node is busy for 25 s, the start-up timeout 20 s: the wait lasts past it, says so every 5 s here
+    (every minute by default), and the worker answers once its job runs."""
+    monkeypatch.setenv(START_TIMEOUT_ENV, "20")
+    monkeypatch.setattr(slurm_scheduler, "PENDING_LOG_EVERY_S", 5.0)
+    monkeypatch.setattr(slurm_scheduler.logger, "level", logging.INFO)
+    lines = Said()
+    slurm_scheduler.logger.addHandler(lines)
+    holder = hold_the_node(cluster)
+    config = load(tmp_path)
+    scheduler = Tau2SlurmScheduler(config)
+    ends = threading.Timer(25, queue.cancel, ([holder],))
+    try:
+        scheduler.create_workers(actor_job(config))
+        job_id = scheduler._jobs["actor"]
+        ends.start()
+        start = time.monotonic()
+        (worker,) = scheduler.get_workers("actor")
+        took = time.monotonic() - start
+        assert worker.worker_ports and took > 25
+    finally:
+        ends.cancel()
+        slurm_scheduler.logger.removeHandler(lines)
+        scheduler.delete_workers()
+        queue.cancel([holder])
+    said = [line for line in lines.lines if line.startswith(f"actor: SLURM job {job_id} ")]
+    line = (rf"actor: SLURM job {job_id} pending \((Resources|not scheduled yet)\) for \d+ s; waiting up to "
+            rf"24 h \({PENDING_LIMIT_ENV}\)")
+    pending = [m for m in said if re.fullmatch(line, m)]
+    assert len(pending) >= 3 and pending == said[:len(pending)], said
+    print(f"pending {took:.1f} s, then started")
+
+    # AReaL counts the time spent pending against its start-up timeout
+    config = load(tmp_path, *STOCK)
+    stock_scheduler = stock(config, container_type="none", startup_timeout=5, health_check_interval=1)
+    holder = hold_the_node(cluster)
+    try:
+        stock_scheduler.create_workers(actor_job(config))
+        with pytest.raises(WorkerTimeoutError):
+            stock_scheduler.get_workers("actor")
+        job_id = stock_scheduler._jobs["actor"]
+        assert queue.query_jobs([job_id])[job_id].state == "PENDING"
+    finally:
+        queue.cancel([holder, *stock_scheduler._jobs.values()])
+    assert not active_jobs(cluster)
+
+
+def test_a_job_pending_past_the_limit_or_for_a_reason_no_wait_clears_is_cancelled(cluster, tmp_path,
+                                                                                  monkeypatch):
+    monkeypatch.setenv(PENDING_LIMIT_ENV, "3s")
+    holder = hold_the_node(cluster)
+    config = load(tmp_path)
+    scheduler = Tau2SlurmScheduler(config)
+    try:
+        scheduler.create_workers(actor_job(config))
+        job_id = scheduler._jobs["actor"]
+        with pytest.raises(WorkerJobCannotStart) as past:
+            scheduler.get_workers("actor")
+        assert queue.query_jobs([job_id])[job_id].state == "CANCELLED"
+    finally:
+        queue.cancel([holder])
+        scheduler.delete_workers()
+    assert past.value.stderr == (f"actor: SLURM job {job_id} pended (Resources) for 3 s, past the pending "
+                                 f"limit of 3 s, so it was cancelled; raise {PENDING_LIMIT_ENV} (tau2_rl.sh "
+                                 "--pending-limit) or ask for fewer resources")
+
+    queue.run("scontrol", "update", "PartitionName=cpu", "State=DOWN")
+    try:
+        scheduler = Tau2SlurmScheduler(load(tmp_path))
+        scheduler.create_workers(actor_job(config))
+        with pytest.raises(WorkerJobCannotStart, match=r"is PENDING \(PartitionDown\): it can never start, "
+                                                       "so it was cancelled"):
+            scheduler.get_workers("actor")
+    finally:
+        queue.run("scontrol", "update", "PartitionName=cpu", "State=UP")
+        scheduler.delete_workers()
+    assert not active_jobs(cluster)
+
+
+# ---------------------------------------------------------------------------------------------
+# 6: stopping cancels pending jobs too
 
 
 def test_deleting_workers_cancels_a_pending_job(cluster, tmp_path):
@@ -242,7 +356,7 @@ def test_deleting_workers_cancels_a_pending_job(cluster, tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------
-# 6: jobs the cluster can never run are refused before sbatch
+# 7: jobs the cluster can never run are refused before sbatch
 
 
 @pytest.mark.parametrize(("overrides", "fragment"), [

@@ -9,7 +9,8 @@ twice (SLURM's warning comes at each start; the run saves after the step in prog
 `scontrol requeue` of the controller job after a save (SIGTERM, no warning), and `scancel` of the rollout
 job in the middle of a step; each time the next incarnation resumes from the saved step, and the last
 passes every check a smoke run promises (`smoke_support.check_passing_run`), with no job of the run left.
-A run whose worker cannot start is requeued twice, then stops with the cause and leaves nothing queued.
+A run whose worker cannot start is requeued twice, then stops with the cause and leaves nothing queued. A
+run whose trainer's job pends behind another job waits for it, and passes without a requeue.
 One whole run costs minutes on 2 cores, so the rest of the SLURM path is tested where it is cheap, against
 the same real SLURM (tests/slurm/test_scheduler.py).
 
@@ -35,6 +36,7 @@ from examples.tau2.cpu.smoke import SUMMARY_FILE
 from examples.tau2.slurm import queue
 from examples.tau2.slurm.registry import JobRegistry, job_name_prefix
 from examples.tau2.slurm.requeue import Cause, Journal
+from examples.tau2.slurm.scheduler import START_TIMEOUT_ENV
 from tests.cpu.smoke_support import (
     REPO,
     check_passing_run,
@@ -47,7 +49,7 @@ from tests.slurm.support import slurm
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 EXPERIMENT = "tau2-smoke-cpu"
-SEED, FAILED_START_SEED = "seed=7", "seed=8"
+SEED, FAILED_START_SEED, PENDING_SEED = "seed=7", "seed=8", "seed=10"
 """Not the other smoke runs' seed, nor each other's: AReaL draws its free ports from `random` seeded
 with it."""
 OWN_DOMAIN = REPO / "examples" / "tau2" / "docs" / "own_domain"
@@ -57,23 +59,23 @@ SCRIPT = REPO / "examples" / "tau2" / "tau2_rl.sh"
 INCARNATION_TIMEOUT_S = 600
 
 
-def submit_env(tmp_path: Path, sbatch: str) -> dict[str, str]:
+def submit_env(tmp_path: Path, sbatch: str, **more: str) -> dict[str, str]:
     """This process's environment (the local SLURM's SLURM_CONF included), the example domain's folder on
-    PYTHONPATH, this interpreter, the controller's log and arguments under `tmp_path`."""
+    PYTHONPATH, this interpreter, the controller's log and arguments under `tmp_path`, and `more`."""
     env = {k: v for k, v in os.environ.items() if k not in ("TAU2_CONFIG",)}
     path = os.pathsep.join(p for p in (str(OWN_DOMAIN), env.get("PYTHONPATH", "")) if p)
     return {**env, "PYTHONPATH": path,
             "TAU2_PYTHON": sys.executable, "TAU2_RUN_DIR": str(tmp_path / "run"),
-            "TAU2_CONTROLLER_SBATCH": sbatch}
+            "TAU2_CONTROLLER_SBATCH": sbatch, **more}
 
 
-def submit_smoke(tmp_path: Path, sbatch: str, flags: tuple[str, ...], *overrides: str,
-                 seed: str = SEED) -> tuple[int, Path]:
-    """`tau2_rl.sh smoke --submit FLAGS` with the CI-sized run under `tmp_path` and `overrides`: (job id,
-    log)."""
-    smoke = smoke_command(tmp_path, "scheduler.type=slurm", seed, *LIBRARY, *overrides)[3:]  # the overrides
+def submit_smoke(tmp_path: Path, sbatch: str, flags: tuple[str, ...], *overrides: str, seed: str = SEED,
+                 domain: tuple[str, ...] = LIBRARY, **env: str) -> tuple[int, Path]:
+    """`tau2_rl.sh smoke --submit FLAGS` with the CI-sized run on `domain` under `tmp_path` and `overrides`,
+    `env` set: (job id, log)."""
+    smoke = smoke_command(tmp_path, "scheduler.type=slurm", seed, *domain, *overrides)[3:]  # the overrides
     done = subprocess.run(["bash", str(SCRIPT), "smoke", "--submit", *flags, *smoke], cwd=REPO, text=True,
-                          capture_output=True, env=submit_env(tmp_path, sbatch), timeout=300)
+                          capture_output=True, env=submit_env(tmp_path, sbatch, **env), timeout=300)
     assert done.returncode == 0, done.stderr[-5000:]
     m = re.search(r"^controller: SLURM job (\d+), log (\S+)$", done.stdout, re.MULTILINE)
     assert m, done.stdout
@@ -123,13 +125,14 @@ def ended_for_good(job: int, said: Callable[[], bool]) -> bool:
 
 def test_the_controller_job_outlives_two_time_limits_a_requeue_and_a_lost_worker(tmp_path):
     """Two nodes of 2 CPUs: the controller (1 CPU), the trainer (2) and the vLLM server (1) fill them.
-    `--time=10` with the warning 570 s before it: SLURM signals each incarnation as it starts, so each one
+    `--time=10` with the warning 539 s before it (the longest the pre-flight accepts: more than a minute
+    between them): the time limit is within the warning's reach as each incarnation starts, so each one
     trains one step, saves it and requeues the job (the time limit, twice). Then the limit goes up to 30
     minutes; once step 3 is saved `scontrol requeue` ends the third incarnation with SIGTERM (in step 4),
     and once step 4 is saved `scancel` takes the fourth one's rollout job (in step 5). The fifth trains
     step 5 and passes every smoke check; no step ran twice and none is lost."""
     with slurm(nodes=2, cpus=2, mem_mb=12288):
-        job, log = submit_smoke(tmp_path, "--cpus-per-task=1 --mem=2G --time=10", ("--signal", "USR1@570"),
+        job, log = submit_smoke(tmp_path, "--cpus-per-task=1 --mem=2G --time=10", ("--signal", "USR1@539"),
                                 "total_train_epochs=2", "total_train_steps=5")
         journal = Journal.beside(log.with_suffix(".args"))
         wait_on(job, log, lambda: len(journal.endings()) >= 2, "two requeues at the time limit", 900)
@@ -175,7 +178,7 @@ def test_a_run_that_fails_at_start_is_requeued_twice_then_stops_with_the_cause(t
     """The trainer's worker cannot start (no such module): each incarnation fails at start and saves
     nothing; after two requeues without a new saved step the controller stops for good, naming the cause,
     and nothing of the run is left queued."""
-    with slurm(nodes=1, cpus=4):
+    with slurm(nodes=1, cpus=4, mem_mb=20480):  # the controller, trainer and vLLM server at once
         job, log = submit_smoke(tmp_path, "--cpus-per-task=1 --mem=2G", ("--max-requeues", "10"),
                                 "actor.scheduling_spec.0.cmd=python3 -m no_such_module",
                                 seed=FAILED_START_SEED)
@@ -195,3 +198,30 @@ def test_a_run_that_fails_at_start_is_requeued_twice_then_stops_with_the_cause(t
                      r"are gone .*\); no step saved; not requeued: the last 2 requeues saved no new step",
                      out), out[-6000:]
     assert not list(log.parent.glob("*.args"))
+
+
+def test_a_run_whose_trainer_job_pends_waits_for_it_and_passes_without_a_requeue(tmp_path):
+    """The smoke run (its own mock domain) on one node of 4 CPUs, 2 of them held by another job: the
+    controller (1 CPU) starts, the vLLM server (1) would fit, but the trainer's job (2, submitted first)
+    pends (Resources), past AReaL's start-up timeout (45 s here, for a short test: by default 300 s). The
+    controller says so every minute; once the other job ends, the run goes on and passes with no requeue."""
+    with slurm(nodes=1, cpus=4, mem_mb=20480) as cluster:
+        holder = int(cluster.run("sbatch", "--parsable", "-c", "2", "--mem=1G", "-o", "/dev/null", "--wrap",
+                                 "sleep 900").strip())
+        job, log = submit_smoke(tmp_path, "--cpus-per-task=1 --mem=2G", ("--pending-limit", "30m"),
+                                seed=PENDING_SEED, domain=(), **{START_TIMEOUT_ENV: "45"})
+        pended = re.compile(r"actor: SLURM job (\d+) pending \(Resources\) for 1 min; waiting up to 30 min")
+        wait_on(job, log, lambda: log.is_file() and pended.search(log.read_text()),
+                "a minute of the trainer's job pending")
+        queue.cancel([holder])
+        wait_on(job, log, lambda: ended_for_good(job, lambda: "tau2 CPU smoke run:" in log.read_text()),
+                "the run's end")
+        out = log.read_text()
+        assert queue.query_jobs([job])[job].state == "COMPLETED", out[-6000:]
+        assert "tau2 CPU smoke run: PASSED" in out, out[-6000:]
+        assert not run_jobs()
+    assert Journal.beside(log.with_suffix(".args")).endings() == []  # no requeue, no failure
+    assert "incarnation 2" not in out and re.search(r"actor: SLURM job \d+ left the queue after 1 min", out)
+    print(next(line for line in out.splitlines() if pended.search(line)))
+    summary = json.loads(next(tmp_path.glob(f"logs/**/{SUMMARY_FILE}")).read_text())
+    check_passing_run(summary, tmp_path)

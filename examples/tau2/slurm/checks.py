@@ -3,16 +3,21 @@
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
 from examples.tau2.lifecycle.validate import run_domain_modules, shared_paths
 from examples.tau2.settings.config import curriculum_outcomes_dir
 from examples.tau2.slurm import queue
-from examples.tau2.slurm.plan import run_requests, unschedulable
-from examples.tau2.slurm.scheduler import CONTAINER_TYPES, NO_MOUNT
+from examples.tau2.slurm.controller_job import SBATCH_ENV
+from examples.tau2.slurm.plan import JobRequest, run_requests, unplaceable, unschedulable
+from examples.tau2.slurm.scheduler import CONTAINER_TYPES, NO_MOUNT, pending_limit_s, start_timeout_s
 
 REPO = Path(__file__).resolve().parents[3]
+CONTROLLER_JOB: ContextVar[JobRequest | None] = ContextVar("CONTROLLER_JOB", default=None)
+"""The controller's own job when `--submit` makes it one on the workers' partition (set by
+`controller_job.check`): it holds its node too, so it is part of the layout `check_capacity` places."""
 
 
 def bind_mounts(spec: Any) -> list[tuple[Path, Path]]:
@@ -67,19 +72,36 @@ def check_slurm(config: Any, paths: dict[str, str], ask_cluster: bool = True) ->
             if value and not visible_in_container(spec, path):
                 errors.append(f"{name}={value} is not bound into the {workers} containers at the same path "
                               f"({where}.mount={spec.mount!r}); add it to the mount or move it under one")
+    for setting in (pending_limit_s, start_timeout_s):
+        try:
+            setting()
+        except ValueError as e:
+            errors.append(str(e))
     if ask_cluster and queue.available():
-        errors += check_capacity(config)
+        errors += check_capacity(config, CONTROLLER_JOB.get())
     return errors
 
 
-def check_capacity(config: Any) -> list[str]:
-    """Every job of the run fits enough nodes of the partition `sinfo` reports (SLURM unreachable: none)."""
+def check_capacity(config: Any, controller: JobRequest | None = None) -> list[str]:
+    """Every job of the run fits enough nodes of the partition `sinfo` reports, and all of them (with the
+    `controller`'s own job, if any) fit it at once (SLURM unreachable: no problem)."""
     try:
         nodes = queue.nodes()
         requests = run_requests(config)
     except (queue.SlurmError, ValueError):
         return []  # an unreachable cluster is not a config problem; a bad backend is reported elsewhere
-    return [p for p in (unschedulable(r, nodes) for r in requests) if p]
+    problems = [p for p in (unschedulable(r, nodes) for r in requests) if p]
+    if problems:
+        return problems
+    try:
+        shared = queue.allocation()
+    except queue.SlurmError:
+        return []
+    fix = "lower the roles' scheduling_spec (cpu, mem, gpu)" + (
+        f", or {SBATCH_ENV}'s --cpus-per-task and --mem" if controller else "") + \
+        ", or use a partition with more nodes"
+    problem = unplaceable([*requests, *([controller] if controller else [])], nodes, shared, fix)
+    return [problem] if problem else []
 
 
 def describe_cluster(config: Any) -> list[str]:

@@ -2,15 +2,16 @@
 nodes end long processes, and a job's controller outlives the user's session, its time limit and
 preemption (it requeues itself: slurm/requeue.py).
 
-    python -m examples.tau2.slurm.controller_job --check [--entry train|smoke] [ARGS...]
+    python -m examples.tau2.slurm.controller_job --check [--entry train|smoke] [--signal SIG@S] [ARGS...]
     python -m examples.tau2.slurm.controller_job [--entry train|smoke] [--max-requeues N] [--signal SIG@S] \\
         ARGFILE
 
 `--check`, run by `tau2_rl.sh` before `sbatch`: the entry's own pre-flight (`tau2_train.py`'s: the
 config, the add-ons' services: what plain `tau2_rl.sh slurm` checks before it starts anything; or the smoke
-run's), and whether a node can ever run the controller's own job as `TAU2_CONTROLLER_SBATCH` asks (its
-`--cpus-per-task`, `--mem` and `--partition`, against `sinfo`). It prints the problems, one sentence each;
-exit status 0 means submit.
+run's), whether a node can ever run the controller's own job as `TAU2_CONTROLLER_SBATCH` asks (its
+`--cpus-per-task`, `--mem` and `--partition`, against `sinfo`; on the workers' partition, beside their
+jobs), and whether its `--time` leaves room for the warning signal. It prints the problems, one sentence
+each; exit status 0 means submit.
 
 ARGFILE holds the entry's arguments, NUL-separated, written by `tau2_rl.sh` readable only by its user (any
 override, however quoted, stays one argument; the proxy's admin key comes with the job's environment,
@@ -41,6 +42,7 @@ from examples.tau2.runtime.process import ON_SIGTERM, console_logging, exit_afte
 from examples.tau2.slurm import queue, requeue
 from examples.tau2.slurm.plan import JobRequest, unschedulable
 from examples.tau2.slurm.requeue import Cause, Journal, WarningSignal
+from examples.tau2.slurm.scheduler import WorkerJobCannotStart
 
 logger = logging.getLogger("tau2_areal.slurm")
 
@@ -52,8 +54,8 @@ SBATCH_ENV = "TAU2_CONTROLLER_SBATCH"
 DEFAULT_SBATCH = "--cpus-per-task=4 --mem=32G"
 """The controller job's sbatch options when `TAU2_CONTROLLER_SBATCH` is unset (tau2_rl.sh's default)."""
 EXAMPLE_SBATCH = "--cpus-per-task=1 --mem=4G"
-_SHORT = {"-c": "cpus-per-task", "-p": "partition"}
-_LONG = ("cpus-per-task", "mem", "mem-per-cpu", "partition")
+_SHORT = {"-c": "cpus-per-task", "-p": "partition", "-t": "time"}
+_LONG = ("cpus-per-task", "mem", "mem-per-cpu", "partition", "time")
 _MB_PER_UNIT = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
 
 
@@ -64,8 +66,8 @@ def read_args(path: Path) -> list[str]:
 
 def sbatch_values(options: str) -> dict[str, str]:
     """The values of the options the check reads (`--cpus-per-task`/`-c`, `--mem`, `--mem-per-cpu`,
-    `--partition`/`-p`, as `--opt=V`, `--opt V`, `-cV` or `-c V`) in `options`, split on whitespace as
-    tau2_rl.sh passes them to sbatch; the last of each counts, as with sbatch."""
+    `--partition`/`-p`, `--time`/`-t`, as `--opt=V`, `--opt V`, `-cV` or `-c V`) in `options`, split on
+    whitespace as tau2_rl.sh passes them to sbatch; the last of each counts, as with sbatch."""
     tokens = options.split()
     values: dict[str, str] = {}
     i = 0
@@ -91,6 +93,47 @@ def size_mb(value: str, option: str) -> int:
     if not m:
         raise ValueError(f"{option}={value} is not a size sbatch reads (e.g. 32G, 4096M)")
     return int(int(m.group(1)) * _MB_PER_UNIT[m.group(2) or "M"])
+
+
+def time_limit_s(value: str) -> float | None:
+    """sbatch's `--time` (`M`, `M:S`, `H:M:S`, `D-H`, `D-H:M`, `D-H:M:S`) in seconds; None for no limit
+    (`UNLIMITED`, `INFINITE`). ValueError for anything else."""
+    text = value.strip()
+    if text.upper() in ("UNLIMITED", "INFINITE"):
+        return None
+    m = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", text)
+    if not m:
+        raise ValueError(f"--time={value} is not a time limit sbatch reads (e.g. 30, 4:00:00, 1-00:00:00)")
+    days, first, second, third = (int(g) if g is not None else None for g in m.groups())
+    if days is not None:  # D-H, D-H:M, D-H:M:S
+        hours, mins, secs = first, second or 0, third or 0
+    elif third is not None:  # H:M:S
+        hours, mins, secs = first, second, third
+    else:  # M, M:S
+        hours, mins, secs = 0, first, second or 0
+    return float((((days or 0) * 24 + hours) * 60 + mins) * 60 + secs)
+
+
+def time_problem(options: str, warning: WarningSignal) -> str:
+    """'' when the `--time` of `options` (if any) leaves the warning signal room: SLURM sends it `grace` s
+    before the limit, up to a minute early, so a limit of at most grace + 1 min warns each incarnation as
+    it starts, and none trains a step. Else why not, in one sentence."""
+    value = sbatch_values(options).get("time")
+    if value is None:
+        return ""
+    try:
+        limit = time_limit_s(value)
+    except ValueError as e:
+        return f'{SBATCH_ENV}="{options}" is not a request sbatch takes: {e}'
+    least = warning.grace_s + requeue.SIGNAL_EARLY_S
+    if limit is None or limit > least:
+        return ""
+    shorter = (f", or a shorter --signal (e.g. {warning.name}@{int(limit - requeue.SIGNAL_EARLY_S) // 2})"
+               if limit > 2 * requeue.SIGNAL_EARLY_S else "")
+    return (f"--time={value} ({limit:.0f} s) leaves no room for the warning signal {warning.name}@"
+            f"{warning.grace_s}, which SLURM sends {warning.grace_s} s before the time limit and up to a "
+            "minute early, so every incarnation would be told to stop as it starts; set "
+            f"{SBATCH_ENV}'s --time above {least:.0f} s ({least / 60:.1f} min){shorter}")
 
 
 def controller_request(options: str) -> tuple[JobRequest, list[str]]:
@@ -135,22 +178,47 @@ def controller_problem(options: str) -> str:
 
 def check(argv: list[str]) -> int:
     """`tau2_rl.sh slurm --submit` before `sbatch`: the entry's own pre-flight of the run (a `--dry-run` in
-    `argv` is left to the job; the run is checked as it would start), with the controller job's request
-    among its problems. Prints them; 0 means submit."""
-    entry = "train"
-    if argv[:1] == ["--entry"] and len(argv) > 1:
-        entry, argv = argv[1], argv[2:]
+    `argv` is left to the job; the run is checked as it would start), with the controller job's request,
+    its place beside the workers' jobs and its time limit among its problems. Prints them; 0 means
+    submit."""
+    from examples.tau2.slurm.checks import CONTROLLER_JOB
+
+    entry, warning = "train", requeue.DEFAULT_WARNING
+    while argv[:1] in (["--entry"], ["--signal"]) and len(argv) > 1:
+        entry, warning = (argv[1], warning) if argv[0] == "--entry" else (entry, argv[1])
+        argv = argv[2:]
     module = importlib.import_module(ENTRIES[entry])
-    controller = controller_problem(os.environ.get(SBATCH_ENV) or DEFAULT_SBATCH)
-    more = [controller] if controller else []
+    options = os.environ.get(SBATCH_ENV) or DEFAULT_SBATCH
+    controller = controller_problem(options)
+    try:
+        timing = time_problem(options, WarningSignal.parse(warning))
+    except ValueError as e:
+        timing = str(e)
+    more = [p for p in (controller, timing) if p]
     if entry == "train":
         from examples.tau2.settings.config import pop_dry_run
 
         _, argv = pop_dry_run(argv)
-    _, status = module.preflight(argv, more=more)
-    if status == 2 and controller:  # a config that does not load: the request is still worth knowing
-        print(f"controller_job: {controller}", file=sys.stderr)
+    beside_workers = CONTROLLER_JOB.set(None if controller else controller_on_workers_partition(options))
+    try:
+        _, status = module.preflight(argv, more=more)
+    finally:
+        CONTROLLER_JOB.reset(beside_workers)
+    if status == 2 and more:  # a config that does not load: these are still worth knowing
+        for problem in more:
+            print(f"controller_job: {problem}", file=sys.stderr)
     return status
+
+
+def controller_on_workers_partition(options: str) -> JobRequest | None:
+    """The controller's job as `options` ask for it when it runs on the workers' partition (it names none,
+    or theirs), where it takes a node's share beside their jobs; else None."""
+    try:
+        request, partitions = controller_request(options)
+        workers = queue.nodes()
+    except (ValueError, queue.SlurmError):
+        return None
+    return request if not partitions or (workers and partitions == [workers[0].partition]) else None
 
 
 def parse_job_args(argv: list[str]) -> argparse.Namespace:
@@ -197,7 +265,8 @@ def main(argv: list[str] | None = None) -> int:
         return requeue_or_stop(job, restart, opts, journal, earlier, warning.cause, detail, warning.signal_at)
     except Exception as e:
         traceback.print_exc()
-        cause = (Cause.WORKER_LOST if isinstance(e, (WorkerJobEnded, WorkerFailedError)) else
+        cause = (Cause.UNSCHEDULABLE if isinstance(e, WorkerJobCannotStart) else
+                 Cause.WORKER_LOST if isinstance(e, (WorkerJobEnded, WorkerFailedError)) else
                  Cause.SERVER_DIED if isinstance(e, InferenceServerDied) else Cause.FAILED)
         return requeue_or_stop(job, restart, opts, journal, earlier, cause, summary(e), warning.signal_at)
     opts.argfile.unlink(missing_ok=True)

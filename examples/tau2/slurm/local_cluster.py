@@ -71,7 +71,9 @@ class ClusterSpec:
 
     nodes: int = 1
     cpus: int = 4
-    mem_mb: int = 16384
+    mem_mb: int = 20480
+    """Room for the smoke run's jobs at once (trainer and vLLM server 8 GiB each, its controller's 2 GiB);
+    SLURM counts it but does not enforce it here, so a smaller machine may declare it too."""
     partition: str = "cpu"
     node_names: list[str] = field(default_factory=list)
 
@@ -416,7 +418,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", type=Path, default=DEFAULT_DIR, help=f"state folder (default {DEFAULT_DIR})")
     parser.add_argument("--nodes", type=int, default=1, help="up: number of nodes (default 1)")
     parser.add_argument("--cpus", type=int, default=4, help="up: CPUs each node declares (default 4)")
-    parser.add_argument("--mem-mb", type=int, default=16384, help="up: memory each node declares, MiB")
+    parser.add_argument("--mem-mb", type=int, default=ClusterSpec.mem_mb,
+                        help=f"up: memory each node declares, MiB (default {ClusterSpec.mem_mb})")
     args = parser.parse_args(argv)
     try:
         if args.action == "up":

@@ -4,7 +4,9 @@ One job per role that is not colocated (the rollout servers, the trainer ranks, 
 model): AReaL 1.0.4's `SlurmScheduler.create_workers` turns a role's replicas and scheduling spec into
 `--nodes`, `--ntasks-per-node`, `--cpus-per-task`, `--mem` and `--gres=gpu:<n_gpus_per_node>`;
 `JobRequest.for_role` does the same arithmetic, so that `--dry-run` and the scheduler (before `sbatch`)
-can compare it with what `sinfo` reports and refuse a job that no wait would start.
+can compare it with what `sinfo` reports and refuse a job that no wait would start. The run holds each job
+until it ends, so its jobs must also fit the partition all at once (`unplaceable`): else the last one pends
+behind the others for good, while the scheduler waits for a busy queue to clear.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from examples.tau2.slurm.queue import NodeInfo
+from examples.tau2.slurm.queue import Allocation, NodeInfo
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,54 @@ def unschedulable(request: JobRequest, nodes: list[NodeInfo], fix: str = "") -> 
     return (f"SLURM can never start the {request.describe()}: {len(fitting)} of the {len(nodes)} node(s) of "
             f"partition {partition} fit it, {request.nodes} needed (largest: {biggest.cpus} CPUs, "
             f"{biggest.memory_mb} MB{gpus}); {fix}")
+
+
+def unplaceable(requests: list[JobRequest], nodes: list[NodeInfo], allocation: Allocation,
+                fix: str = "") -> str:
+    """'' when the jobs of `requests`, each of which fits a node alone (`unschedulable`), can all run at once
+    on `nodes` as `allocation` shares them; else why not, one sentence ending with `fix` (default: the
+    roles' scheduling_spec)."""
+    free = [(n.cpus, n.memory_mb, n.gpus) for n in nodes if n.usable]
+    if _place_all(sorted(requests, key=_size, reverse=True), free, allocation):
+        return ""
+    jobs = ", ".join(r.describe() for r in requests)
+    fix = fix or "lower the roles' scheduling_spec (cpu, mem, gpu), or use a partition with more nodes"
+    how = "whole nodes per job (select/linear)" if allocation.whole_nodes else \
+        "CPUs, GPUs" + (" and memory" if allocation.memory else "") + " shared"
+    return (f"SLURM can never run the jobs of this run at once ({jobs}) on the {len(free)} usable node(s) of "
+            f"partition {nodes[0].partition if nodes else '?'} ({how}), and the run holds each job until it "
+            f"ends, so the last one would pend for good; {fix}")
+
+
+def _size(request: JobRequest) -> tuple[int, int, int, int]:
+    return request.nodes, request.gpus_per_node, request.cpus_per_node, request.mem_mb_per_node
+
+
+def _place_all(requests: list[JobRequest], free: list[tuple[int, int, int]], allocation: Allocation) -> bool:
+    """Whether every request finds its nodes in `free` ((CPUs, MB, GPUs) left per node), trying each kind
+    of node once per pick: a handful of jobs over any number of nodes."""
+    if not requests:
+        return True
+    return _place(requests[0], requests[0].nodes, free, 0, requests[1:], allocation)
+
+
+def _place(request: JobRequest, left: int, free: list[tuple[int, int, int]], start: int,
+           rest: list[JobRequest], allocation: Allocation) -> bool:
+    if left == 0:
+        return _place_all(rest, free, allocation)
+    tried = set()
+    for i in range(start, len(free)):
+        cpus, mem, gpus = free[i]
+        if free[i] in tried or cpus < request.cpus_per_node or gpus < request.gpus_per_node or \
+                mem < request.mem_mb_per_node:
+            continue
+        tried.add(free[i])
+        taken = (-1, -1, -1) if allocation.whole_nodes else \
+            (cpus - request.cpus_per_node, mem - request.mem_mb_per_node * allocation.memory,
+             gpus - request.gpus_per_node)
+        if _place(request, left - 1, [*free[:i], taken, *free[i + 1:]], i + 1, rest, allocation):
+            return True
+    return False
 
 
 def run_requests(config: Any) -> list[JobRequest]:

@@ -58,8 +58,8 @@ class JobStatus:
 
     @property
     def never_starts(self) -> bool:
-        """Pending for a reason that no wait fixes."""
-        return self.state == "PENDING" and self.reason in NEVER_SCHEDULED_REASONS
+        """Pending for a reason no wait fixes (of `ReqNodeNotAvail, UnavailableNodes:n1`, the first word)."""
+        return self.state == "PENDING" and self.reason.split(",")[0].strip() in NEVER_SCHEDULED_REASONS
 
     def describe(self) -> str:
         where = f" on {self.nodes}" if self.nodes and self.nodes != "(null)" else ""
@@ -83,6 +83,24 @@ class NodeInfo:
     @property
     def usable(self) -> bool:
         return not any(s in self.state for s in ("down", "drain", "fail", "inval", "unk"))
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """How SLURM shares a node between jobs (`scontrol show config`)."""
+
+    whole_nodes: bool
+    """`select/linear`: every job gets whole nodes, however little it asks."""
+    memory: bool
+    """Memory is a consumable resource (a `SelectTypeParameters` with `MEMORY`): jobs share a node's."""
+
+
+def allocation() -> Allocation:
+    """This cluster's `Allocation`; raises `SlurmError` when `scontrol` does not answer."""
+    pairs = (line.split("=", 1) for line in run("scontrol", "show", "config").splitlines() if "=" in line)
+    settings = {k.strip(): v.strip() for k, v in pairs}
+    return Allocation(whole_nodes=settings.get("SelectType", "") == "select/linear",
+                      memory="MEMORY" in settings.get("SelectTypeParameters", "").upper())
 
 
 def available() -> bool:

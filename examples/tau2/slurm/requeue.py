@@ -15,8 +15,10 @@
   its workers and leaves; SLURM decides whether the job comes back (it keeps the arguments file for it).
 
 Each incarnation appends its end to the journal beside the arguments file (`controller-*.requeues.jsonl`).
-It is not requeued again after `--max-requeues` requeues, or when the two incarnations before it and itself
-saved no new step (a bad image, a node that cannot start a server: two requeues without progress).
+It is not requeued again after `--max-requeues` requeues, when the two incarnations before it and itself
+saved no new step (a bad image, a node that cannot start a server: two requeues without progress), or when
+a worker's job could not start (`Cause.UNSCHEDULABLE`). A worker job that pends on a busy queue is no
+failure: the scheduler waits for it (slurm/scheduler.py).
 SLURM holds a requeued job for `AuthInfo=cred_expire` (120 s by default) before it may start again.
 """
 
@@ -57,6 +59,9 @@ class Cause(StrEnum):
     WORKER_LOST = "worker lost"
     """A worker or its SLURM job ended (node failure, preemption, `scancel`, a crash, at start too):
     `WorkerJobEnded` from the job watchdog, or AReaL's `WorkerFailedError` when a call reached it first."""
+    UNSCHEDULABLE = "worker job cannot start"
+    """A worker's job pends for a reason no wait clears (a down partition, a request past its limits) or
+    past the pending limit (`WorkerJobCannotStart`): a requeued run would pend the same way."""
     SERVER_DIED = "inference server died"
     """`InferenceServerDied`."""
     TERMINATED = "terminated by SLURM"
@@ -165,6 +170,8 @@ def ending_before(earlier: list[Ending], restart: int) -> Ending | None:
 
 def why_not_requeue(earlier: list[Ending], now: Ending, max_requeues: int) -> str:
     """'' when the job may be requeued after `now`; else why not, one sentence."""
+    if now.cause is Cause.UNSCHEDULABLE:
+        return "its worker job could not start, and a requeued run would pend the same way"
     if now.restart >= max_requeues:
         return f"it was requeued {now.restart} time(s) already (--max-requeues {max_requeues})"
     before = ending_before(earlier, now.restart)

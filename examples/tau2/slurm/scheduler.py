@@ -21,9 +21,13 @@ forking of the proxies, engine calls) and replaces what a first cluster run hits
    only FAILED or CANCELLED end the wait: 300 s and no reason. Here the script sets `pipefail`, and any
    final state, or a PENDING reason no wait fixes, fails the wait at once, naming the job, its state and
    node, with the tail of the worker's log.
-5. Clean-up: AReaL's `delete_workers` signals RUNNING jobs only (pending ones stay queued) and sleeps 2 s
+5. A busy queue: AReaL's 300 s wait for a role's workers (`get_workers`) counts from submission, so a job
+   that pends behind other users' jobs fails the run. Here a job pending for a reason that can clear
+   (Priority, Resources, QOS limits, ...) is waited for, up to `TAU2_PENDING_LIMIT` (default 24 h), with a
+   line every minute; AReaL's wait (`TAU2_WORKER_START_TIMEOUT`, default 300 s) starts once it runs.
+6. Clean-up: AReaL's `delete_workers` signals RUNNING jobs only (pending ones stay queued) and sleeps 2 s
    per role. Here the job is cancelled in any state, and the call returns once SLURM has ended it.
-6. Resources: `cluster.n_gpus_per_node=0` divides by zero in `create_workers`, and a job no node can run is
+7. Resources: `cluster.n_gpus_per_node=0` divides by zero in `create_workers`, and a job no node can run is
    submitted anyway (PENDING until the timeout, or refused by `sbatch` without naming the role). Here
    CPU-only clusters work, and each job's request is compared with `sinfo` before `sbatch`.
 
@@ -33,12 +37,15 @@ Every job id goes to the run's `JobRegistry` as soon as `sbatch` returns it, for
 from __future__ import annotations
 
 import logging
+import os
+import re
 import shlex
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
-from areal.api import Job
+from areal.api import Job, Worker
 from areal.api.cli_args import SchedulingSpec
 from areal.infra.scheduler.exceptions import WorkerCreationError, WorkerFailedError, WorkerNotFoundError
 from areal.infra.scheduler.slurm import SlurmScheduler
@@ -55,6 +62,50 @@ NO_MOUNT = ("", "none")
 HEALTH_CHECK_INTERVAL_S = 1.0
 """AReaL polls job state and worker health every 5 s; 1 s makes a failed start visible within seconds."""
 LOG_TAIL_LINES = 20
+PENDING_LIMIT_ENV = "TAU2_PENDING_LIMIT"
+DEFAULT_PENDING_LIMIT = "24h"
+"""On a shared cluster jobs pend for minutes or hours; a day is past any queue that will ever start them."""
+START_TIMEOUT_ENV = "TAU2_WORKER_START_TIMEOUT"
+PENDING_POLL_S = 5.0
+PENDING_LOG_EVERY_S = 60.0
+_UNIT_S = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+class WorkerJobCannotStart(WorkerFailedError):
+    """A role's job pends for a reason no wait clears, or past the pending limit: it was cancelled, and a
+    requeue of the controller would only pend again (slurm/controller_job.py stops for good on it)."""
+
+
+def duration_setting_s(text: str, name: str) -> float:
+    """`90`, `90s`, `30m`, `24h` or `2d` in seconds; ValueError naming `name` for anything else."""
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([smhd]?)", text.strip().lower())
+    if not m or float(m.group(1)) <= 0:
+        raise ValueError(f"{name}={text} is not a positive duration; set it like 90s, 30m, 24h or 2d")
+    return float(m.group(1)) * _UNIT_S[m.group(2)]
+
+
+def pending_limit_s() -> float:
+    """How long a worker job may pend (`TAU2_PENDING_LIMIT`, `tau2_rl.sh ... --pending-limit`)."""
+    return duration_setting_s(os.environ.get(PENDING_LIMIT_ENV) or DEFAULT_PENDING_LIMIT, PENDING_LIMIT_ENV)
+
+
+def start_timeout_s() -> float | None:
+    """How long a worker may take from its job's start to answering (`TAU2_WORKER_START_TIMEOUT`; None:
+    AReaL's 300 s)."""
+    value = os.environ.get(START_TIMEOUT_ENV)
+    return duration_setting_s(value, START_TIMEOUT_ENV) if value else None
+
+
+def why(status: queue.JobStatus) -> str:
+    """A pending job's reason; SLURM gives `None` until its scheduler has looked at the job."""
+    return status.reason if status.reason not in ("", "None") else "not scheduled yet"
+
+
+def minutes(seconds: float) -> str:
+    """`45 s`, `4 min`, `24 h`: how long a job pended, or may."""
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 3600:g} h" if seconds % 3600 == 0 else f"{seconds // 60:.0f} min"
 
 
 def worker_interpreter(spec: SchedulingSpec) -> str:
@@ -91,7 +142,10 @@ class Tau2SlurmScheduler(SlurmScheduler):
     job registry (the module docstring lists each change)."""
 
     def __init__(self, exp_config: Any):
-        super().__init__(exp_config=exp_config, health_check_interval=HEALTH_CHECK_INTERVAL_S)
+        start_timeout = start_timeout_s()
+        super().__init__(exp_config=exp_config, health_check_interval=HEALTH_CHECK_INTERVAL_S,
+                         **({"startup_timeout": start_timeout} if start_timeout else {}))
+        self.pending_limit_s = pending_limit_s()
         self.registry = JobRegistry.of_trial(self.fileroot, self.experiment_name, self.trial_name)
 
     @property
@@ -205,11 +259,47 @@ class Tau2SlurmScheduler(SlurmScheduler):
     # -----------------------------------------------------------------------------------------
     # Failures
 
+    def get_workers(self, role: str, timeout: float | None = None) -> list[Worker]:
+        """AReaL's wait for the role's workers, its timeout counted once the job runs: before, a job
+        pending for a reason that can clear is waited for (`_wait_while_pending`)."""
+        if role not in self._colocated_roles and role in self._jobs:
+            self._wait_while_pending(role)
+        return super().get_workers(role, timeout)
+
+    def _wait_while_pending(self, role: str) -> None:
+        """Wait while the role's job is PENDING, saying so every minute, up to `pending_limit_s`; past it
+        the job is cancelled (`WorkerJobCannotStart`). A reason no wait clears fails at once
+        (`_job_status`)."""
+        job_id, start, said = self._jobs[role], time.monotonic(), False
+        say_at = PENDING_POLL_S  # a job that starts within a poll is not worth a line
+        limit = minutes(self.pending_limit_s)
+        while (status := self._job_status(role)) is not None and status.state == "PENDING":
+            waited = time.monotonic() - start
+            if waited >= self.pending_limit_s:
+                queue.cancel([job_id])
+                raise WorkerJobCannotStart(f"{role}/*", -1, (
+                    f"{role}: SLURM job {job_id} pended ({why(status)}) for {minutes(waited)}, past the "
+                    f"pending limit of {limit}, so it was cancelled; raise {PENDING_LIMIT_ENV} (tau2_rl.sh "
+                    "--pending-limit) or ask for fewer resources"))
+            if waited >= say_at:
+                logger.warning("%s: SLURM job %d pending (%s) for %s; waiting up to %s (%s)", role, job_id,
+                               why(status), minutes(waited), limit, PENDING_LIMIT_ENV)
+                say_at, said = say_at + PENDING_LOG_EVERY_S, True
+            time.sleep(min(PENDING_POLL_S, self.pending_limit_s - waited))
+        if said:
+            logger.info("%s: SLURM job %d left the queue after %s", role, job_id,
+                        minutes(time.monotonic() - start))
+
     def _check_job_status(self, role: str) -> None:
-        """Raise `WorkerFailedError` when the role's job has ended (in any state) or pends for a reason no
-        wait fixes (then it is cancelled), naming the job, its state, node and the worker log's tail."""
+        """AReaL's, which fails only on FAILED and CANCELLED: `_job_status`."""
+        self._job_status(role)
+
+    def _job_status(self, role: str) -> queue.JobStatus | None:
+        """The role's job as SLURM reports it (None: SLURM did not answer). Raises `WorkerFailedError` when
+        the job has ended (in any state), `WorkerJobCannotStart` when it pends for a reason no wait fixes
+        (then it is cancelled), naming the job, its state, node and the worker log's tail."""
         if role in self._colocated_roles:
-            return self._check_job_status(self._colocated_roles[role])
+            return self._job_status(self._colocated_roles[role])
         if role not in self._jobs:
             raise WorkerNotFoundError(f"Role '{role}' not found")
         job_id = self._jobs[role]
@@ -217,18 +307,19 @@ class Tau2SlurmScheduler(SlurmScheduler):
             status = queue.query_jobs([job_id]).get(job_id)
         except queue.SlurmError as e:
             logger.warning("could not query SLURM job %d (%s): %s", job_id, role, e)
-            return
+            return None
         if status is None:
             raise WorkerFailedError(f"{role}/*", -1, f"SLURM job {job_id} ({role}) is no longer known to "
                                                      f"SLURM; the worker log ends:\n{self._log_tail(role)}")
         if status.never_starts:
             queue.cancel([job_id])
-            raise WorkerFailedError(f"{role}/*", -1, f"{status.describe()}: it can never start, so it was "
-                                                     "cancelled; check the role's scheduling_spec against "
-                                                     "`sinfo`")
+            raise WorkerJobCannotStart(f"{role}/*", -1, f"{status.describe()}: it can never start, so it was "
+                                                        "cancelled; check the role's scheduling_spec and its "
+                                                        "partition against `sinfo`")
         if not status.active:
             raise WorkerFailedError(f"{role}/*", -1, f"{self._gone(role, status)}; the worker log ends:\n"
                                                      f"{self._log_tail(role)}")
+        return status
 
     def _gone(self, role: str, status: queue.JobStatus) -> str:
         return f"{status.describe()}: the {role} workers are gone (log {self._log_path_of(role)})"
