@@ -55,9 +55,16 @@ AREAL_PROCESS_GROUPS = {
     "tests/lifecycle/test_recover.py": "areal-processes",     # a trainer whose server dies, the reaper
     "tests/sft/test_train.py": "areal-processes",            # AReaL's SFT trainer under torchrun
     "tests/slurm/test_smoke_on_slurm.py": "areal-slurm",     # the requeue run through SLURM, its own seed
+    # the smoke run on domains of other sizes: seed 9 (tests/cpu/test_smoke_shapes.py), beside the others
+    **{f"tests/cpu/test_smoke_shapes.py::{test}": "areal-shapes" for test in (
+        "test_the_smallest_domain_is_refused_then_runs_with_the_named_override",
+        "test_an_odd_sized_domain_without_splits_trains_across_epochs")},
     # the failed start through SLURM: a seed and a cluster of its own, so it runs beside the requeue run
     ("tests/slurm/test_smoke_on_slurm.py::"
      "test_a_run_that_fails_at_start_is_requeued_twice_then_stops_with_the_cause"): "areal-slurm-start",
+    # the trainer's job pending on a busy node: a seed and a cluster of its own
+    ("tests/slurm/test_smoke_on_slurm.py::"
+     "test_a_run_whose_trainer_job_pends_waits_for_it_and_passes_without_a_requeue"): "areal-slurm-pending",
 }
 """The tests that start AReaL's own processes (a module's path, or one test's id) and their xdist group (see
 the module docstring); a test's own entry wins over its module's. Each group uses a seed of its own, so the

@@ -43,20 +43,22 @@ def write_model(directory: Path, **fields: Any) -> Path:
 
 def trainer_without_areal_init(monkeypatch: Any, config: Any, **attributes: Any) -> Any:
     """A `Tau2PPOTrainer` whose AReaL `PPOTrainer.__init__` (which would start a cluster) only sets a
-    recover handler and `attributes` (e.g. `rollout`, `scheduler`), so that the trainer's own overrides run
-    against AReaL's real class."""
+    recover handler, a saver and `attributes` (e.g. `rollout`, `scheduler`), so that the trainer's own
+    overrides run against AReaL's real class."""
     from areal import PPOTrainer
     from areal.api import FinetuneSpec
-    from areal.api.cli_args import RecoverConfig
+    from areal.api.cli_args import RecoverConfig, SaverConfig
     from areal.utils.recover import RecoverHandler
+    from areal.utils.saver import Saver
 
     from examples.tau2.training.trainer import Tau2PPOTrainer
 
     def init(self: Any, config: Any, **_: Any) -> None:
         self.config = config
-        self.recover_handler = RecoverHandler(
-            RecoverConfig(mode="auto", experiment_name="e", trial_name="t", fileroot="/x", freq_steps=1),
-            FinetuneSpec(total_train_epochs=1, dataset_size=4, train_batch_size=1))
+        spec = FinetuneSpec(total_train_epochs=1, dataset_size=4, train_batch_size=1)
+        names = {"experiment_name": "e", "trial_name": "t", "fileroot": "/x"}
+        self.recover_handler = RecoverHandler(RecoverConfig(mode="auto", freq_steps=1, **names), spec)
+        self.saver = Saver(SaverConfig(**names), spec)
         self.scheduler = None
         for name, value in attributes.items():
             setattr(self, name, value)

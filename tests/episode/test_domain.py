@@ -8,6 +8,7 @@ name twice.
 from __future__ import annotations
 
 import logging
+import re
 import uuid
 
 import pytest
@@ -97,7 +98,8 @@ def test_unknown_domain_names_the_known_ones_and_the_modules(garage):
         tau2_domain.splits("banking")
     assert str(e.value).startswith("unknown tau2 domain 'banking'; known: airline, retail, telecom, mock")
     [problem] = tau2_domain.problems([], ["banking"], ["train"])
-    assert problem.endswith("(econfig.domain_modules is empty: name the module that registers it)")
+    assert problem.endswith("(econfig.domain_modules is empty: name the module that registers it, e.g. "
+                            "econfig.domain_modules=[my_pkg.my_domain])")
     tau2_domain.load_modules([module])
     assert tau2_domain.problems([module], ["banking"], ["train"]) == [
         f"unknown tau2 domain 'banking'; known: {', '.join(tau2_domain.known_domains())} "
@@ -105,22 +107,58 @@ def test_unknown_domain_names_the_known_ones_and_the_modules(garage):
 
 
 def test_refusals_of_modules_are_one_sentence_each(tmp_path, monkeypatch):
+    """Each names the fix: the file and line a module fails at, the PYTHONPATH line for one not found."""
     monkeypatch.syspath_prepend(str(tmp_path))
     suffix = uuid.uuid4().hex[:8]
-    (tmp_path / f"broken_{suffix}.py").write_text("import json\nraise RuntimeError('no database file')\n")
+    broken, typo = tmp_path / f"broken_{suffix}.py", tmp_path / f"typo_{suffix}.py"
+    broken.write_text("import json\nraise RuntimeError('no database file')\n")
+    typo.write_text("import json\nTOOLS = (\n")
+    (tmp_path / f"needs_{suffix}.py").write_text(f"import no_such_dependency_{suffix}\n")
     (tmp_path / f"silent_{suffix}.py").write_text("VALUE = 1\n")
     write_domain(tmp_path, f"clash_{suffix}", "airline")
     assert tau2_domain.problems([f"broken_{suffix}"], [], []) == [
-        f"domain module 'broken_{suffix}' does not import (RuntimeError: no database file)"]
-    assert tau2_domain.problems([f"missing_{suffix}"], [], []) == [
-        f"domain module 'missing_{suffix}' does not import (ModuleNotFoundError: No module named "
-        f"'missing_{suffix}')"]
+        f"domain module 'broken_{suffix}' does not import ({broken}, line 2: RuntimeError: no database file)"]
+    assert tau2_domain.problems([f"typo_{suffix}"], [], []) == [
+        f"domain module 'typo_{suffix}' does not import ({typo}, line 2: SyntaxError: '(' was never closed)"]
+    assert tau2_domain.problems([f"needs_{suffix}"], [], []) == [
+        f"domain module 'needs_{suffix}' does not import ({tmp_path / f'needs_{suffix}.py'}, line 1: "
+        f"ModuleNotFoundError: No module named 'no_such_dependency_{suffix}')"]
+    assert tau2_domain.problems([f"missing_{suffix}.tools"], [], []) == [
+        f"domain module 'missing_{suffix}.tools' is not on the Python path: add the folder that holds "
+        f"'missing_{suffix}' (PYTHONPATH=/path/to/that/folder:$PYTHONPATH) or install it"]
+    package = tmp_path / f"pkg_{suffix}"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    assert tau2_domain.problems([f"pkg_{suffix}.desk"], [], []) == [
+        f"domain module 'pkg_{suffix}.desk' is not found: package 'pkg_{suffix}' ({package}) has no 'desk'"]
+    assert tau2_domain.problems(["my_domain/tools.py"], [], []) == [
+        "domain module 'my_domain/tools.py' is not a module name: name it as Python imports it, e.g. "
+        "econfig.domain_modules=[my_pkg.my_domain], with its folder on PYTHONPATH"]
     assert tau2_domain.problems([f"silent_{suffix}"], [], []) == [
         f"domain module 'silent_{suffix}' registers no tau2 domain with tasks (it must call "
         "registry.register_domain and registry.register_tasks for one name)"]
     assert tau2_domain.problems([f"clash_{suffix}"], [], []) == [
         f"domain module 'clash_{suffix}' registers 'airline', the name of a built-in tau2 domain; give its "
         "domain another name"]
+
+
+@pytest.mark.parametrize("name", ["../../x", "a/b", "my domain", "lib.desk", ""])
+def test_a_domain_name_that_is_not_plain_is_refused_where_it_is_looked_up(name):
+    """Names become folders and file names (evaluation writes `<output>/<domain>/...`): no path, ever."""
+    sentence = f"tau2 domain name {name!r} is not a plain name: use only letters, digits, '_' and '-'"
+    with pytest.raises(tau2_domain.DomainError, match=f"^{re.escape(sentence)}$"):
+        tau2_domain.get_task(name, "1")
+    assert tau2_domain.problems([], [name], ["test"]) == [sentence]
+
+
+def test_a_module_registering_a_name_that_is_not_plain_is_refused(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(tmp_path))
+    suffix = uuid.uuid4().hex[:8]
+    path = write_domain(tmp_path, f"slash_{suffix}", f"slash_{suffix}")
+    path.write_text(path.read_text().replace(f', "slash_{suffix}"', f', "desk/slash_{suffix}"'))  # registers
+    assert tau2_domain.problems([f"slash_{suffix}"], [f"desk/slash_{suffix}"], ["train"]) == [
+        f"domain module 'slash_{suffix}' registers 'desk/slash_{suffix}', which is not a plain name: rename "
+        "it with only letters, digits, '_' and '-'"]
 
 
 def test_a_second_module_with_a_taken_name_is_refused(garage, tmp_path):
@@ -190,7 +228,8 @@ def test_a_domain_whose_own_code_or_data_fails_is_one_sentence(tmp_path, monkeyp
     half = write_domain(tmp_path, f"half_{suffix}", f"half-{suffix}")
     half.write_text(half.read_text() + "\nraise RuntimeError('after registering')\n")
     first = tau2_domain.problems([f"half_{suffix}"], [], [])
-    assert first == [f"domain module 'half_{suffix}' does not import (RuntimeError: after registering)"]
+    assert first == [f"domain module 'half_{suffix}' does not import ({half}, line "
+                     f"{half.read_text().count(chr(10))}: RuntimeError: after registering)"]
     assert tau2_domain.problems([f"half_{suffix}"], [], []) == first  # not "registers ... already"
 
 

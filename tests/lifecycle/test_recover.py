@@ -38,6 +38,7 @@ from examples.tau2.lifecycle.recover import (
     saved_state,
     staged,
     supersede_dumps,
+    trains_on,
     trim_stats,
 )
 from examples.tau2.lifecycle.validate import build_plan, format_plan, validate
@@ -112,10 +113,10 @@ def test_commit_swaps_in_the_staged_save_and_records_when(tmp_path):
     _write_state(paths, 0, "old")
     _write_state(_staged(paths), 1, "new")
     before = time.time()
-    commit(paths, 1)
+    commit(paths, 1, {"domain": "mock"})
     state = saved_state(paths)
     assert _tag(paths) == ("new", "new") and state.global_step == 1
-    assert before <= state.saved_at <= time.time()
+    assert before <= state.saved_at <= time.time() and state.trains_on == {"domain": "mock"}
     assert not staged(paths.info).exists() and not (paths.save_root / JOURNAL).exists()
 
 
@@ -152,14 +153,15 @@ def test_atomic_handler_saves_to_next_then_swaps_in(tmp_path):
     spec = FinetuneSpec(total_train_epochs=1, dataset_size=6, train_batch_size=1)
     handler = AtomicRecoverHandler.adopt(
         RecoverHandler(RecoverConfig(mode="auto", experiment_name=r.experiment_name, trial_name=r.trial_name,
-                                     fileroot=r.fileroot, freq_steps=2), spec), recover_paths(config))
+                                     fileroot=r.fileroot, freq_steps=2), spec), config)
     engine, paths = _Engine(), recover_paths(config)
     for step in range(3):
         handler.dump(engine, StepInfo(epoch=0, epoch_step=step, global_step=step, steps_per_epoch=6),
                      _Stateful(), _Stateful(), _Stateful(), _Stateful())
     assert engine.saved == [str(staged(paths.checkpoints[0]))]  # due at the second step only
     state = saved_state(paths)
-    assert state is not None and state.global_step == 1
+    assert state is not None and state.global_step == 1 and state.trains_on == trains_on(config)
+    assert state.trains_on == {"domain": "airline", "domain_modules": [], "mix": None, "train_split": "train"}
     assert (paths.checkpoints[0] / ".metadata").is_file() and not staged(paths.checkpoints[0]).exists()
 
 
@@ -430,9 +432,45 @@ def test_a_saved_state_the_config_cannot_resume_is_a_problem(tmp_path):
     assert any("from a run with 5 steps per epoch, this config has 2" in e for e in check_recover(config))
     _write_state(paths, 4, "s", per_epoch=2)
     assert check_recover(config) == []
-    assert describe_recover(config).endswith("state saved after step 5: a run resumes at step 6")
+    assert describe_recover(config).endswith(f"state saved after step 5: a run resumes at step 6 "
+                                             f"({tau2_recover.UNRECORDED})")
     (paths.checkpoints[0] / ".metadata").unlink()
     assert any("has no checkpoint" in e for e in check_recover(config))
+
+
+def test_the_default_experiment_name_follows_the_domain(tmp_path):
+    """Runs on other domains keep their saved states apart without an `experiment_name` of their own."""
+    assert recover_paths(_config(tmp_path)).save_root.parent.name == "tau2-airline"
+    assert recover_paths(_config(tmp_path, "econfig.domain=mock")).save_root.parent.name == "tau2-mock"
+    mix = ["econfig.domain=null", "econfig.mix={airline:1,retail@train:1}"]
+    config = _config(tmp_path, *mix)
+    assert config.experiment_name == config.recover.experiment_name == "tau2-mix-airline-retail"
+    assert _config(tmp_path, *mix, "experiment_name=mine").recover.experiment_name == "mine"
+
+
+@pytest.mark.parametrize(("saved", "theirs", "ours"), [
+    ({"domain": "mock", "train_split": "all"}, "domain=mock, econfig.train_split=all",
+     "domain=airline, econfig.train_split=train"),
+    ({"domain": None, "mix": {"airline": 1, "retail": 1}}, "domain=null, econfig.mix={airline:1,retail:1}",
+     "domain=airline, econfig.mix=null"),
+    ({"domain_modules": ["library_desk"]}, "domain_modules=[library_desk]", "domain_modules=[]"),
+])
+def test_a_state_saved_for_other_tasks_is_refused_naming_both(tmp_path, saved, theirs, ours):
+    """Same steps per epoch, other tasks: resuming would train this config from another run's state."""
+    config = _config(tmp_path)
+    paths = recover_paths(config)
+    _write_state(paths, 4, "s", per_epoch=2)
+    marker = paths.info / tau2_recover.SAVED_MARKER
+    marker.write_text(json.dumps({"global_step": 4, "saved_at": 1.0, "trains_on": trains_on(config)}))
+    assert check_recover(config) == [] and describe_recover(config).endswith("resumes at step 6")
+    record = {**trains_on(config), **saved}
+    marker.write_text(json.dumps({"global_step": 4, "saved_at": 1.0, "trains_on": record}))
+    assert check_recover(config) == [
+        f"the saved state in {paths.info} was saved by a run with econfig.{theirs}, this config has "
+        f"econfig.{ours}; use another trial_name or experiment_name, or delete {paths.save_root}"]
+    # a finished run's state is dropped where runs restart finished ones (smoke, learn): no problem there
+    assert check_recover(_config(tmp_path, "++total_train_steps=5"), restart_finished=True) == []
+    assert len(check_recover(_config(tmp_path, "++total_train_steps=6"), restart_finished=True)) == 1
 
 
 # ---------------------------------------------------------------------------------------------

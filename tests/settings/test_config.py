@@ -240,12 +240,37 @@ def test_a_value_of_the_wrong_type_is_named_by_its_key(override, expected):
     ("econfig.tau2_log_level=loud",
      "econfig.tau2_log_level 'loud' is not one of TRACE, DEBUG, INFO, SUCCESS, WARNING, ERROR, CRITICAL, "
      "OFF"),
+    # a list setting given one value, or none: how to write the list
+    ("econfig.domain_modules=library_desk", "econfig.domain_modules takes a list, got 'library_desk'; write "
+                                            "it in brackets: econfig.domain_modules=[library_desk]"),
+    ("econfig.domain_modules=", "econfig.domain_modules is given no value; write "
+                                "econfig.domain_modules=[NAME, ...] with brackets, or "
+                                "econfig.domain_modules=[] for none"),
 ])
 def test_a_value_outside_a_settings_choices_fails_while_loading(override, expected):
     """Before anything starts, and in the words a config built in Python gets from validate()."""
     with pytest.raises(ConfigError) as e:
         load(override)
     assert str(e.value) == f"invalid config: {expected}"
+
+
+def test_a_mix_key_may_name_the_domain_s_own_splits():
+    mix = "econfig.mix={mock@all/all:1,airline:2,retail@test:1}"  # Hydra's own syntax, unquoted
+    econfig = load("econfig.domain=null", mix).config.econfig
+    assert econfig.choice_errors() == []
+    assert econfig.domain_weights() == {"mock": 1.0, "airline": 2.0, "retail": 1.0}
+    assert econfig.domain_splits() == {"mock": ("all", "all"), "airline": ("train", "test"),
+                                       "retail": ("test", "test")}
+    unvalidated = Tau2TrainEnvConfig(domain=None, mix={"mock@all": 1, "airline": 1}, valid_split=None)
+    assert unvalidated.domain_splits() == {"mock": ("all", None), "airline": ("train", None)}
+    bad = Tau2TrainEnvConfig(domain=None, valid_split=None, mix={
+        "mock@": 1, "a@b@c": 1, "airline": 1, "airline@test": 1, "retail@train/test": 1})
+    assert bad.choice_errors() == [
+        "econfig.mix key 'mock@' must be DOMAIN, DOMAIN@TRAIN_SPLIT or DOMAIN@TRAIN_SPLIT/VALID_SPLIT",
+        "econfig.mix key 'a@b@c' must be DOMAIN, DOMAIN@TRAIN_SPLIT or DOMAIN@TRAIN_SPLIT/VALID_SPLIT",
+        "econfig.mix names domain 'airline' more than once; keep one key for it",
+        "econfig.mix key 'retail@train/test' names a validation split, and econfig.valid_split is null (no "
+        "validation set); write 'retail@train', or set econfig.valid_split"]
 
 
 def test_enumerated_settings_load_as_their_choice():

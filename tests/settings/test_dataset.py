@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections import Counter
 
 import pytest
@@ -10,8 +11,10 @@ from areal.utils.dataloader import create_dataloader
 
 from examples.tau2.compat import regraded
 from examples.tau2.episode import domain as tau2_domain
+from examples.tau2.lifecycle.validate import check_run_domains
 from examples.tau2.settings import dataset as tau2_dataset
 from examples.tau2.settings.config import Tau2TrainEnvConfig
+from tests.episode.domain_support import write_domain
 
 
 def test_single_domain_rows_are_the_split_once():
@@ -70,6 +73,27 @@ def test_mix_follows_weights_and_covers_every_task():
     # Validation is every task of every domain once, whatever the weights.
     valid = tau2_dataset.valid_rows(econfig)
     assert tau2_dataset.rows_per_domain(valid) == {"airline": 20, "retail": 40}
+
+
+def test_a_mix_takes_a_split_per_domain(tmp_path, monkeypatch):
+    """mock has only `all`, a domain of one's own train/test: one split name for both could never train. The
+    mix key names mock's own splits; without them the pre-flight names mock and how to name them."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    suffix = uuid.uuid4().hex[:8]
+    module, garage = f"garage_{suffix}", f"garage-{suffix}"
+    write_domain(tmp_path, module, garage)
+    shared = Tau2TrainEnvConfig(domain=None, mix={"mock": 1, garage: 1}, domain_modules=[module])
+    fix = "name its own in econfig.mix as mock@<train split>/<validation split>"
+    assert check_run_domains(shared) == [f"tau2 domain 'mock' has no split 'train' (available: all); {fix}",
+                                         f"tau2 domain 'mock' has no split 'test' (available: all); {fix}"]
+    own = Tau2TrainEnvConfig(domain=None, mix={"mock@all/all": 1, garage: 1}, domain_modules=[module])
+    assert check_run_domains(own) == []
+    rows = tau2_dataset.train_rows(own, seed=1)
+    assert {(r["domain"], r["split"]) for r in rows} == {("mock", "all"), (garage, "train")}
+    assert tau2_dataset.rows_per_domain(rows) == {"mock": 9, garage: 9}  # equal weights, 9 and 2 tasks
+    valid = tau2_dataset.valid_rows(own)
+    assert [(r["domain"], r["task_id"], r["split"]) for r in valid] == [
+        *[("mock", t, "all") for t in tau2_domain.task_ids("mock", "all")], (garage, "3", "test")]
 
 
 def test_dataset_feeds_areal_dataloader_as_plain_rows():

@@ -58,6 +58,7 @@ _PARITY = "examples.tau2.cpu.parity.InProcessProxy"
 _VLLM_SERVER = "examples.tau2.cpu.vllm_cpu_server"
 _AGENT = "examples.tau2.tau2_agent"
 _RECOVER_TESTS = ("tests/lifecycle/test_recover.py", "tests/cpu/test_smoke_faults.py")
+_LAST_SAVE_TESTS = ("tests/cpu/test_smoke_shapes.py",)
 _SLURM_TESTS = ("tests/slurm/test_scheduler.py", "tests/slurm/test_smoke_on_slurm.py")
 _TREE_TESTS = ("tests/cpu/test_archon_tree_cpu.py",)
 _GROUP_TESTS = ("tests/training/test_group_workflow.py", "tests/test_proxy_integration.py")
@@ -80,6 +81,9 @@ AREAL: tuple[Replacement, ...] = (
     Replacement(f"{_PPO}._create_dataloader", f"{_OURS}._create_dataloader",
                 "the curriculum draws the training tasks by solve rate",
                 ("tests/curriculum/test_sampler.py",)),
+    Replacement(f"{_PPO}._save_hf", f"{_OURS}._save_hf",
+                "the run's last step is saved whatever saver.freq_* say (__init__ wraps the saver's "
+                "frequency in SaveWhenAsked)", _LAST_SAVE_TESTS),
     Replacement(f"{_PPO}._save_recover_checkpoint", f"{_OURS}._save_recover_checkpoint",
                 "deferred until the step's stats are committed", _RECOVER_TESTS),
     Replacement(f"{_PPO}._export_and_commit_stats", f"{_OURS}._export_and_commit_stats",
@@ -136,7 +140,10 @@ AREAL: tuple[Replacement, ...] = (
                 "examples.tau2.training.served_prompt.keeping_tool_choice",
                 "the request's tool_choice reaches the rendering", ("tests/training/test_served_prompt.py",)),
     Replacement(f"{_SLURM}.__init__", f"{_SCHED}.__init__",
-                "a 1 s health check; a job registry", _SLURM_TESTS),
+                "a 1 s health check; a job registry; the pending limit and start-up timeout", _SLURM_TESTS),
+    Replacement(f"{_SLURM}.get_workers", f"{_SCHED}.get_workers",
+                "a pending job is waited for (up to the pending limit) before AReaL's start-up timeout",
+                _SLURM_TESTS),
     Replacement(f"{_SLURM}.n_gpus_per_node", f"{_SCHED}.n_gpus_per_node",
                 "a CPU-only cluster does not divide by zero", _SLURM_TESTS),
     Replacement(f"{_SLURM}.create_workers", f"{_SCHED}.create_workers",

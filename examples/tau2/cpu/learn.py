@@ -221,13 +221,16 @@ def run_seed(seed: int, trials: int, out: Path, overrides: list[str]) -> SeedRes
     seed_out = out / f"seed{seed}"
     logger.info("seed %d: evaluating the start policy %s", seed, model_dir)
     before = evaluate_policy(model_dir, "before", seed_out / "eval-before", config, trials, seed)
-    logger.info("seed %d: start success %.3f; training %d steps", seed, before.success_rate,
-                config.total_train_steps)
     from areal.utils.stats_logger import StatsLogger
+
+    from examples.tau2.lifecycle.recover import total_steps
+
+    steps = total_steps(config) or 0
+    logger.info("seed %d: start success %.3f; training %d steps", seed, before.success_rate, steps)
 
     stats_path = Path(StatsLogger.get_log_path(config.stats_logger)) / STATS_FILE
     t, since = time.perf_counter(), time.time()
-    with ProgressPrinter(stats_path, config.total_train_steps or 0, seed):
+    with ProgressPrinter(stats_path, steps, seed):
         result = smoke.run(config_file, [*seed_overrides, f"actor.path={model_dir}"], config)
     train_s = time.perf_counter() - t
     train_tasks = (training_outcomes(Path(config.econfig.dump_dir), since, time.time())
@@ -326,6 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     bad = [o for o in overrides if "=" not in o]
     if bad:
         parser.error(f"unrecognized arguments: {' '.join(bad)} (overrides are key=value)")
+    from examples.tau2.runtime.leftovers import own_temp_dir
     from examples.tau2.runtime.process import setup_runtime
 
     setup_runtime()
@@ -336,10 +340,11 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     results: list[SeedResult] = []
     for seed in args.seeds:
-        try:
-            results.append(run_seed(seed, args.trials, args.out, overrides))
-        finally:
-            stop_descendants()
+        with own_temp_dir(children=True):  # the CPU run's processes are all on this machine
+            try:
+                results.append(run_seed(seed, args.trials, args.out, overrides))
+            finally:
+                stop_descendants()
         (args.out / "learn.json").write_text(json.dumps([dataclasses.asdict(r) for r in results], indent=2))
         text = table(results, args.trials)
         (args.out / "learn.md").write_text(text + "\n")

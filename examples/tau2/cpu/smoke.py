@@ -42,6 +42,7 @@ from examples.tau2.cpu.smoke_config import (
 from examples.tau2.cpu.tiny_model import TinyModelRecipe, ensure_tiny_model, load_info
 from examples.tau2.runtime.charts import new_figure, save_png
 from examples.tau2.runtime.files import latest_saved_model
+from examples.tau2.runtime.leftovers import own_temp_dir, share_temp_dir
 from examples.tau2.runtime.process import (
     console_logging,
     exit_after,
@@ -393,18 +394,21 @@ def preflight(argv: list[str],
 
 
 def main(argv: list[str] | None = None) -> int:
-    loaded, status = preflight(list(sys.argv[1:] if argv is None else argv))
-    if loaded is None:
-        return status
-    config, config_file, overrides = loaded
-    exit_on_sigterm()
-    try:
-        result = run(config_file, overrides, config)
-    finally:  # AReaL stops its workers on a normal exit; this covers a run that failed half-way
-        from examples.tau2.lifecycle.reaper import cancel_jobs
+    with own_temp_dir():  # the run's temporary files, removed at the end (runtime/leftovers.py)
+        loaded, status = preflight(list(sys.argv[1:] if argv is None else argv))
+        if loaded is None:
+            return status
+        config, config_file, overrides = loaded
+        if config.scheduler.type == "local":
+            share_temp_dir()  # the workers and the vLLM server run on this machine
+        exit_on_sigterm()
+        try:
+            result = run(config_file, overrides, config)
+        finally:  # AReaL stops its workers on a normal exit; this covers a run that failed half-way
+            from examples.tau2.lifecycle.reaper import cancel_jobs
 
-        stop_descendants(logger)
-        cancel_jobs(config, logger)
+            stop_descendants(logger)
+            cancel_jobs(config, logger)
     print(format_result(result, config.smoke.logprob_ratio_tolerance), flush=True)
     return 0 if result.ok else 1
 

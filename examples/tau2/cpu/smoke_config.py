@@ -9,6 +9,7 @@ workers as a dataclass named by module path, which must be importable there.
 from __future__ import annotations
 
 import copy
+import math
 import socket
 import urllib.parse
 from dataclasses import dataclass, field
@@ -61,7 +62,33 @@ def load_smoke_config(argv: list[str]) -> tuple[Tau2SmokeConfig, Path, list[str]
     config_file, overrides = split_config_argv(
         argv, "usage: python -m examples.tau2.cpu.smoke [--config FILE] [key=value ...]", SmokeConfigError
     )
-    return compose_config(config_file, overrides, Tau2SmokeConfig, SmokeConfigError), config_file, overrides
+    config = compose_config(config_file, overrides, Tau2SmokeConfig, SmokeConfigError)
+    return config, config_file, fit_epochs(config, overrides)
+
+
+def fit_epochs(config: Tau2SmokeConfig, overrides: list[str]) -> list[str]:
+    """The overrides, plus `total_train_epochs=N` (also set on `config`) when the run needs N epochs.
+
+    The smoke and learn runs are counted in steps (`total_train_steps`): unless the command line sets
+    `total_train_epochs`, they get as many epochs as those steps need on the domain's training rows, so a
+    domain with fewer tasks than mock trains the same steps. Data that cannot be read changes nothing: the
+    checks name the problem."""
+    from examples.tau2.episode import domain as tau2_domain
+    from examples.tau2.lifecycle.recover import steps_per_epoch
+    from examples.tau2.settings import dataset as tau2_dataset
+
+    steps = config.total_train_steps
+    if steps is None or any(o.split("=", 1)[0].lstrip("+~") == "total_train_epochs" for o in overrides):
+        return overrides
+    try:
+        tau2_domain.load_modules(config.econfig.domain_modules)
+        per_epoch = steps_per_epoch(config, len(tau2_dataset.train_rows(config.econfig, config.seed)))
+    except Exception:  # noqa: BLE001 - an unknown domain, split or module: check_config names it
+        return overrides
+    if per_epoch < 1:
+        return overrides  # an epoch without a step: check_training names the batch size that fits
+    config.total_train_epochs = math.ceil(steps / per_epoch)
+    return [*overrides, f"total_train_epochs={config.total_train_epochs}"]
 
 
 def user_endpoint_port(url: str) -> int:
@@ -70,6 +97,25 @@ def user_endpoint_port(url: str) -> int:
         raise ValueError(f"econfig.user_base_url={url} must be http://127.0.0.1:<port>/v1: the smoke "
                          "run serves its scripted user simulator on this machine")
     return parsed.port
+
+
+def check_steps(config: Tau2SmokeConfig, rows: int) -> list[str]:
+    """The run must train `smoke.min_optimizer_steps` steps on `rows` training rows, or it would fail its
+    own check after minutes; the refusal names the setting that makes it train enough."""
+    from examples.tau2.lifecycle.recover import run_steps, steps_per_epoch
+
+    per_epoch, least = steps_per_epoch(config, rows), config.smoke.min_optimizer_steps
+    steps = run_steps(config, rows)
+    if per_epoch < 1 or steps >= least:
+        return []  # an epoch without a step: check_training
+    if config.total_train_steps is not None and config.total_train_steps < least:
+        fix = f"total_train_steps={least}"
+    else:
+        fix = f"total_train_epochs={math.ceil(least / per_epoch)}"
+    return [f"the run trains {steps} step(s) (total_train_steps={config.total_train_steps}, "
+            f"total_train_epochs={config.total_train_epochs} x {per_epoch} step(s) of {rows} training rows "
+            f"in batches of {config.train_dataset.batch_size}), fewer than smoke.min_optimizer_steps="
+            f"{least}; set {fix}"]
 
 
 def check_config(config: Tau2SmokeConfig) -> list[str]:
@@ -119,10 +165,6 @@ def check_config(config: Tau2SmokeConfig) -> list[str]:
     if config.actor.rejection_sampling is not None:
         errors.append("actor.rejection_sampling must be null: it drops tokens whose logprobs disagree from "
                       "the statistic the fidelity check reads")
-    steps = config.total_train_steps
-    if steps is None or steps < config.smoke.min_optimizer_steps:
-        errors.append(f"total_train_steps={steps} is below smoke.min_optimizer_steps="
-                      f"{config.smoke.min_optimizer_steps}")
     if not 0 < config.smoke.logprob_ratio_tolerance < 1:
         errors.append("smoke.logprob_ratio_tolerance must be in (0, 1)")
     if not config.actor.path:
@@ -136,10 +178,11 @@ def check_config(config: Tau2SmokeConfig) -> list[str]:
         vllm_python()
     except FileNotFoundError as e:
         errors.append(str(e))
-    if config.scheduler.type == "slurm":
+    if config.scheduler.type == "slurm":  # as a training run's: each job, and all at once, against sinfo
+        from examples.tau2.slurm.addon import SlurmAddon
         from examples.tau2.slurm.queue import unreachable
 
-        errors += [problem for problem in [unreachable()] if problem]
+        errors += [problem] if (problem := unreachable()) else SlurmAddon().problems(config)
     errors += check_paths(config)
     dataset_errors = check_run_domains(config.econfig)
     errors += dataset_errors
@@ -148,4 +191,7 @@ def check_config(config: Tau2SmokeConfig) -> list[str]:
     if not config.actor.path and not config.rollout.tokenizer_path:  # ${actor.path}: the tiny model's
         checked.rollout.tokenizer_path = "<tiny model>"
     errors += check_training(checked, rows)
-    return errors + check_recover(config) + [problem for problem in [seed_collision(config)] if problem]
+    if rows is not None:
+        errors += check_steps(config, rows)
+    errors += check_recover(config, restart_finished=True)  # a finished run's state is dropped (`run`)
+    return errors + [problem for problem in [seed_collision(config)] if problem]

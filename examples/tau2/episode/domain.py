@@ -21,9 +21,10 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
+from loguru import logger as loguru_logger
 from tau2.data_model.simulation import RewardInfo, SimulationRun
 from tau2.data_model.tasks import Task
 from tau2.environment.environment import Environment
@@ -66,6 +67,15 @@ _refused: dict[str, DomainError] = {}
 """Modules that failed to load, with why: importing one again would find its partial registrations."""
 _modules_lock = threading.RLock()
 _ALREADY_REGISTERED = re.compile(r"(?:Domain|Tasks) (\S+) already registered")
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*")
+
+
+def name_problem(domain: object) -> str:
+    """'' when `domain` is a plain name (letters, digits, `_`, `-`); else why not, in one sentence. Output
+    folders and file names are made of domain names: a `/`, `..` or space would make one a path."""
+    if isinstance(domain, str) and _PLAIN_NAME.fullmatch(domain):
+        return ""
+    return f"tau2 domain name {domain!r} is not a plain name: use only letters, digits, '_' and '-'"
 
 
 def load_modules(names: Iterable[str]) -> list[DomainModule]:
@@ -88,26 +98,27 @@ def _load_once(name: str) -> DomainModule:
 
 
 def _load(name: str) -> DomainModule:
+    if not all(part.isidentifier() for part in name.split(".")):
+        raise DomainError(f"domain module {name!r} is not a module name: name it as Python imports it, "
+                          "e.g. econfig.domain_modules=[my_pkg.my_domain], with its folder on PYTHONPATH")
     before = set(registry.get_domains()) | set(registry.get_task_sets())
     was_imported = name in sys.modules
     importlib.invalidate_caches()  # a module written after this process started is found too
+    loguru_logger.disable("tau2.registry")  # a refused registration is said once, by _import_problem
     try:
         module = importlib.import_module(name)
     except Exception as e:  # whatever the module raises: it is the module's problem, said in one line
-        taken = _ALREADY_REGISTERED.search(str(e))
-        if taken and taken.group(1) in BUILTIN_DOMAINS:
-            raise DomainError(f"domain module {name!r} registers {taken.group(1)!r}, the name of a built-in "
-                              "tau2 domain; give its domain another name") from None
-        if taken:
-            owner = next((m.name for m in _modules.values() if taken.group(1) in m.domains),
-                         "tau2 or a module imported earlier")
-            raise DomainError(f"domain module {name!r} registers {taken.group(1)!r}, which {owner} registers "
-                              "already; give its domain another name") from None
-        raise DomainError(f"domain module {name!r} does not import ({_last_line(e)})") from None
+        raise DomainError(_import_problem(name, e)) from None
+    finally:
+        loguru_logger.enable("tau2.registry")
     new = (set(registry.get_domains()) | set(registry.get_task_sets())) - before
     if not new and was_imported:  # imported before it was named here: its registrations by origin
         new = {d for d in registry.get_domains() if _defined_in(registry.get_env_constructor(d), name)}
     domains = tuple(sorted(d for d in new if d in registry.get_domains() and d in registry.get_task_sets()))
+    for domain in domains:
+        if name_problem(domain):
+            raise DomainError(f"domain module {name!r} registers {domain!r}, which is not a plain name: "
+                              "rename it with only letters, digits, '_' and '-'")
     if not domains:
         raise DomainError(f"domain module {name!r} registers no tau2 domain with tasks (it must call "
                           "registry.register_domain and registry.register_tasks for one name)")
@@ -115,6 +126,40 @@ def _load(name: str) -> DomainModule:
     _modules[name] = loaded
     logger.info("domain module %s (%s) registered %s", name, loaded.root, ", ".join(domains))
     return loaded
+
+
+def _import_problem(name: str, e: BaseException) -> str:
+    """Why module `name` did not import, in one sentence: not found (with the fix), a name taken, or the
+    error with the file and line of the module's own code that raised it."""
+    missing = getattr(e, "name", None) if isinstance(e, ModuleNotFoundError) else None
+    if missing and (name == missing or name.startswith(missing + ".")):
+        parent, _, leaf = missing.rpartition(".")
+        if parent in sys.modules:
+            folder = next(iter(getattr(sys.modules[parent], "__path__", [])), "")
+            return f"domain module {name!r} is not found: package {parent!r} ({folder}) has no {leaf!r}"
+        return (f"domain module {name!r} is not on the Python path: add the folder that holds "
+                f"{missing.split('.')[0]!r} (PYTHONPATH=/path/to/that/folder:$PYTHONPATH) or install it")
+    taken = _ALREADY_REGISTERED.search(str(e))
+    if taken and taken.group(1) in BUILTIN_DOMAINS:
+        return (f"domain module {name!r} registers {taken.group(1)!r}, the name of a built-in tau2 domain; "
+                "give its domain another name")
+    if taken:
+        owner = next((m.name for m in _modules.values() if taken.group(1) in m.domains),
+                     "tau2 or a module imported earlier")
+        return (f"domain module {name!r} registers {taken.group(1)!r}, which {owner} registers already; give "
+                "its domain another name")
+    return f"domain module {name!r} does not import ({_where(e, name)}{_last_line(e)})"
+
+
+def _where(error: BaseException, module: str) -> str:
+    """'FILE, line N: ' of the module's (or its package's) own code where the import failed: a syntax
+    error's spot, else the deepest frame that runs the package's code; '' when none does."""
+    if isinstance(error, SyntaxError) and error.filename:
+        return f"{error.filename}, line {error.lineno}: "
+    package = module.split(".")[0]
+    spots = [(frame.f_code.co_filename, line) for frame, line in traceback.walk_tb(error.__traceback__)
+             if (frame.f_globals.get("__name__") or "").split(".")[0] == package]
+    return f"{spots[-1][0]}, line {spots[-1][1]}: " if spots else ""
 
 
 def _defined_in(function: object, module: str) -> bool:
@@ -148,10 +193,13 @@ def is_builtin(domain: str) -> bool:
 def check_domain(domain: str, modules: Iterable[str] | None = None) -> None:
     """Raises DomainError for a domain neither built in nor registered by a loaded module. `modules`: the
     ones the run named (default: every module this process loaded)."""
+    if problem := name_problem(domain):
+        raise DomainError(problem)
     if domain not in known_domains():
         names = [m.name for m in loaded_modules()] if modules is None else list(modules)
         named = (f"econfig.domain_modules {names} register no such domain" if names else
-                 "econfig.domain_modules is empty: name the module that registers it")
+                 "econfig.domain_modules is empty: name the module that registers it, e.g. "
+                 "econfig.domain_modules=[my_pkg.my_domain]")
         raise DomainError(f"unknown tau2 domain {domain!r}; known: {', '.join(known_domains())} ({named})")
 
 
@@ -305,33 +353,37 @@ def _last_line(error: BaseException) -> str:
     return traceback.format_exception_only(error)[-1].strip()
 
 
-def problems(modules: Sequence[str], domains: Iterable[str], split_names: Iterable[str | None],
-             solo_mode: bool = False) -> list[str]:
+def problems(modules: Sequence[str], domains: Iterable[str] | Mapping[str, Iterable[str | None]],
+             split_names: Iterable[str | None] = (), solo_mode: bool = False, mix: bool = False) -> list[str]:
     """Whether a run can use these domains and splits, one sentence per problem: imports the domain
     modules first (as every rollout worker does), then checks each domain is known, has the splits, runs
-    in solo mode if asked, and (a domain from a module) that every task of those splits can be graded."""
+    in solo mode if asked, and (a domain from a module) that every task of those splits can be graded.
+    `domains`: names that share `split_names`, or each domain with its own splits; `mix`: they are
+    `econfig.mix`'s, whose keys name a domain's own splits (a missing one's sentence says how)."""
     try:
         load_modules(modules)
     except DomainError as e:
         return [str(e)]
     found = []
-    chosen = [s for s in dict.fromkeys(split_names) if s]
-    for domain in dict.fromkeys(domains):
+    shared = tuple(split_names)
+    per_domain = domains if isinstance(domains, Mapping) else dict.fromkeys(domains, shared)
+    for domain, names in per_domain.items():
         try:
             check_domain(domain, modules)
         except DomainError as e:
             found.append(str(e))
             continue
         try:
-            found += _domain_problems(domain, chosen, solo_mode)
+            found += _domain_problems(domain, [s for s in dict.fromkeys(names) if s], solo_mode, mix)
         except Exception as e:  # the domain's own code or data fails (a task file that does not parse...)
             found.append(f"tau2 domain {domain!r} fails to load its tasks, splits or tools ({_last_line(e)})")
     return found
 
 
-def _domain_problems(domain: str, chosen: list[str], solo_mode: bool) -> list[str]:
+def _domain_problems(domain: str, chosen: list[str], solo_mode: bool, mix: bool) -> list[str]:
     available = splits(domain)
-    found = [f"tau2 domain {domain!r} has no split {s!r} (available: {', '.join(sorted(available))})"
+    fix = f"; name its own in econfig.mix as {domain}@<train split>/<validation split>" if mix else ""
+    found = [f"tau2 domain {domain!r} has no split {s!r} (available: {', '.join(sorted(available))}){fix}"
              for s in chosen if s not in available]
     solo = solo_problem(domain) if solo_mode else ""
     found += [solo] if solo else []

@@ -17,7 +17,8 @@ anywhere, so a rerun (`prepare_resume`, before `PPOTrainer` starts) first:
    `<dump_dir>.superseded/<time>/` (`supersede_dumps`), removing half-written temporary files.
 
 `check_recover` (in `--dry-run` and before every run) and `describe_recover` (the plan's line) say what
-a rerun would do.
+a rerun would do. Each save records what the run trains on (`trains_on`: domain or mix, split, domain
+modules), and `check_recover` refuses a state saved for other tasks, whatever its step count.
 """
 
 from __future__ import annotations
@@ -48,10 +49,11 @@ STAGED, PREVIOUS = ".next", ".prev"
 JOURNAL = "recover_commit.json"
 """Written (atomically) once a save is complete in `.next`; removed once it is swapped in."""
 SAVED_MARKER = "tau2_saved.json"
-"""In `recover_info/`: the saved step and the time the save was committed."""
+"""In `recover_info/`: the saved step, the time the save was committed and what the run trains on."""
 CONTROLLER_FILE = "controller.json"
 """In the save root: pid, start time and host of the controller that runs (or ran) the trial."""
 SUPERSEDED = ".superseded"
+UNRECORDED = "saved without a record of what it was trained on: its domain and split are not checked"
 INFO_FILES = ("step_info.json", "saver_info.json", "evaluator_info.json", "stats_logger_info.json",
               "checkpoint_info.json", "dataloader_info.pkl")
 """What AReaL's `RecoverInfo.load` reads; one missing or torn and AReaL starts over from step 1."""
@@ -103,10 +105,19 @@ def previous(path: Path) -> Path:
 # Atomic saves: swap `.next` in after a journal, and finish or undo an interrupted swap
 
 
-def commit(paths: RecoverPaths, global_step: int) -> None:
+def trains_on(config: Any) -> dict[str, Any]:
+    """What a run trains on, recorded with each save: a state saved for other tasks must not be resumed
+    (`check_recover`), whatever its step count."""
+    e = config.econfig
+    record = {"domain": e.domain, "mix": e.mix or None, "train_split": e.train_split,
+              "domain_modules": sorted(e.domain_modules)}
+    return json.loads(json.dumps(record, sort_keys=True, default=str))  # plain JSON: compared as loaded
+
+
+def commit(paths: RecoverPaths, global_step: int, trained_on: dict[str, Any]) -> None:
     """Swap the complete save in `.next` in (called once every `.next` directory is written)."""
-    write_atomic(staged(paths.info) / SAVED_MARKER,
-                      json.dumps({"global_step": global_step, "saved_at": time.time()}))
+    write_atomic(staged(paths.info) / SAVED_MARKER, json.dumps(
+        {"global_step": global_step, "saved_at": time.time(), "trains_on": trained_on}))
     write_atomic(paths.journal, json.dumps({"global_step": global_step}))
     _roll_forward(paths)
 
@@ -156,6 +167,8 @@ class SavedState:
     steps_per_epoch: int
     saved_at: float
     """When the save was committed (Unix time): later episode dumps were never trained on."""
+    trains_on: dict[str, Any] | None = None
+    """What the saving run trained on (`trains_on`); None for a state saved without that record."""
 
 
 def saved_state(paths: RecoverPaths) -> SavedState | None:
@@ -169,12 +182,13 @@ def saved_state(paths: RecoverPaths) -> SavedState | None:
         return None
     if global_step < 0:
         return None
-    marker = paths.info / SAVED_MARKER
     try:
-        saved_at = float(json.loads(marker.read_text())["saved_at"])
-    except (OSError, ValueError, KeyError, TypeError):
-        saved_at = (paths.info / "step_info.json").stat().st_mtime  # saved by AReaL's own handler
-    return SavedState(global_step, per_epoch, saved_at)
+        marker = json.loads((paths.info / SAVED_MARKER).read_text())
+        saved_at = float(marker["saved_at"])
+    except (OSError, ValueError, KeyError, TypeError):  # saved by AReaL's own handler
+        return SavedState(global_step, per_epoch, (paths.info / "step_info.json").stat().st_mtime)
+    record = marker.get("trains_on")
+    return SavedState(global_step, per_epoch, saved_at, record if isinstance(record, dict) else None)
 
 
 def missing_checkpoints(paths: RecoverPaths) -> list[Path]:
@@ -259,14 +273,14 @@ class AtomicRecoverHandler(RecoverHandler):
     interrupted swap (`repair`) before AReaL looks.
     """
 
-    def __init__(self, config: Any, ft_spec: Any, paths: RecoverPaths):
+    def __init__(self, config: Any, ft_spec: Any, paths: RecoverPaths, run_config: Any):
         super().__init__(config, ft_spec)
-        self.paths = paths
+        self.paths, self.run_config = paths, run_config
 
     @classmethod
-    def adopt(cls, handler: RecoverHandler, paths: RecoverPaths) -> AtomicRecoverHandler:
-        """The same handler state (frequency timers, last step) with atomic saves."""
-        new = cls(handler.config, handler.ft_spec, paths)
+    def adopt(cls, handler: RecoverHandler, run_config: Any) -> AtomicRecoverHandler:
+        """The same handler state (frequency timers, last step) with atomic saves of `run_config`'s run."""
+        new = cls(handler.config, handler.ft_spec, recover_paths(run_config), run_config)
         new.freq_ctl, new.last_step_info = SaveWhenAsked(handler.freq_ctl), handler.last_step_info
         return new
 
@@ -290,7 +304,7 @@ class AtomicRecoverHandler(RecoverHandler):
         super().dump(engine, step_info, *args, **kwargs)
         if self.last_step_info is not step_info:  # not due at this step
             return
-        commit(self.paths, step_info.global_step)
+        commit(self.paths, step_info.global_step, trains_on(self.run_config))
         logger.info("saved the recover state of step %d in %.1f s (%s)", step_info.global_step + 1,
                     time.perf_counter() - start, self.paths.save_root)
 
@@ -346,12 +360,31 @@ class ResumePlan:
         return self.state.global_step + 2 if self.state else 1
 
 
+def steps_per_epoch(config: Any, train_rows: int) -> int:
+    """Training steps in one epoch of `train_rows` rows, as AReaL's dataloader makes them."""
+    batch = config.train_dataset.batch_size
+    if batch < 1:  # check_values
+        return 0
+    return train_rows // batch if config.train_dataset.drop_last else -(-train_rows // batch)
+
+
+def run_steps(config: Any, train_rows: int) -> int:
+    """The steps a run trains, as AReaL's loop counts them: `total_train_epochs` x steps per epoch, stopped
+    at `total_train_steps`."""
+    total = config.total_train_epochs * steps_per_epoch(config, train_rows)
+    return total if config.total_train_steps is None else min(total, config.total_train_steps)
+
+
 def total_steps(config: Any) -> int | None:
-    """Steps the run trains in all (`total_train_steps`, capped by the epochs), if known."""
-    per_epoch = _steps_per_epoch(config)
-    by_epochs = per_epoch * config.total_train_epochs if per_epoch is not None else None
-    candidates = [n for n in (config.total_train_steps, by_epochs) if n is not None]
-    return min(candidates) if candidates else None
+    """Steps the run trains in all (`run_steps`), if known: `total_train_steps` when the data is not."""
+    rows = _train_rows(config)
+    return config.total_train_steps if rows is None else run_steps(config, rows)
+
+
+def finished(config: Any, state: SavedState) -> bool:
+    """Whether `state` is that of a run that trained all of `config`'s steps."""
+    total = total_steps(config)
+    return total is not None and state.global_step + 1 >= total
 
 
 def prepare_resume(config: Any, stats_path: Path | None = None, restart_finished: bool = False) -> ResumePlan:
@@ -373,9 +406,9 @@ def prepare_resume(config: Any, stats_path: Path | None = None, restart_finished
     if repaired:
         logger.warning("recover state: %s", repaired)
     state = saved_state(paths) if enabled(config) else None
-    total = total_steps(config)
-    if state is not None and restart_finished and total is not None and state.global_step + 1 >= total:
-        logger.info("the run saved in %s had finished (%d steps): starting a new one", paths.save_root, total)
+    if state is not None and restart_finished and finished(config, state):
+        logger.info("the run saved in %s had finished (%d steps): starting a new one", paths.save_root,
+                    state.global_step + 1)
         clear_saved_state(paths)
         state = None
     dropped = moved = 0
@@ -384,6 +417,8 @@ def prepare_resume(config: Any, stats_path: Path | None = None, restart_finished
     if state is not None:
         logger.info("resuming: the state saved after step %d is in %s; training continues at step %d",
                     state.global_step + 1, paths.save_root, state.global_step + 2)
+        if state.trains_on is None:
+            logger.warning("the saved state in %s: %s", paths.info, UNRECORDED)
         if stats_path is not None:
             dropped = trim_stats(stats_path, state.global_step)
         if dropped:
@@ -405,8 +440,9 @@ def prepare_resume(config: Any, stats_path: Path | None = None, restart_finished
 # Checks and the plan's line
 
 
-def check_recover(config: Any) -> list[str]:
-    """Problems with the `recover` section or the saved state a run would resume from, one sentence each."""
+def check_recover(config: Any, restart_finished: bool = False) -> list[str]:
+    """Problems with the `recover` section or the saved state a run would resume from, one sentence each
+    (`restart_finished`: as `prepare_resume`'s, the state of a finished run is no problem: it is dropped)."""
     r = config.recover
     errors = []
     if r.mode not in (*ENABLED_MODES, "disabled", "off"):
@@ -436,29 +472,52 @@ def check_recover(config: Any) -> list[str]:
     if paths.journal.exists() or any(staged(p).exists() for p in paths.swapped):
         return errors  # an interrupted save: the run repairs it before it looks at the state
     state = saved_state(paths)
-    if state is None:
+    if state is None or (restart_finished and finished(config, state)):
         return errors
     missing = missing_checkpoints(paths)
     if missing:
         errors.append(f"the saved state in {paths.info} has no checkpoint in {missing[0]}; delete "
                       f"{paths.save_root} to start over")
-    per_epoch = _steps_per_epoch(config)
+    rows = _train_rows(config)
+    per_epoch = steps_per_epoch(config, rows) if rows is not None else None
     if per_epoch is not None and per_epoch != state.steps_per_epoch:
         errors.append(f"the saved state in {paths.info} is from a run with {state.steps_per_epoch} steps "
                       f"per epoch, this config has {per_epoch}; use another trial_name or delete "
                       f"{paths.save_root}")
+    if state.trains_on is not None and (differ := _differences(state.trains_on, trains_on(config))):
+        errors.append(f"the saved state in {paths.info} was saved by a run with {differ[0]}, this config has "
+                      f"{differ[1]}; use another trial_name or experiment_name, or delete {paths.save_root}")
     return errors
 
 
-def _steps_per_epoch(config: Any) -> int | None:
+def _differences(saved: dict[str, Any], ours: dict[str, Any]) -> tuple[str, str] | None:
+    """The settings in which two `trains_on` records differ, as overrides: (saved, ours); None if none."""
+    keys = [k for k in sorted(set(saved) | set(ours)) if saved.get(k) != ours.get(k)]
+    if not keys:
+        return None
+    theirs, mine = (", ".join(f"econfig.{k}={_override(record.get(k))}" for k in keys)
+                    for record in (saved, ours))
+    return theirs, mine
+
+
+def _override(value: Any) -> str:
+    """A recorded value as a command line would give it: null, [a,b], {a:1,b:2}."""
+    if value is None:
+        return "null"
+    if isinstance(value, list):
+        return "[" + ",".join(_override(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{k}:{_override(v)}" for k, v in value.items()) + "}"
+    return str(value)
+
+
+def _train_rows(config: Any) -> int | None:
     try:
         from examples.tau2.settings import dataset as tau2_dataset
 
-        rows = len(tau2_dataset.train_rows(config.econfig, config.seed))
+        return len(tau2_dataset.train_rows(config.econfig, config.seed))
     except Exception:  # an unknown domain or split: validate() reports it
         return None
-    batch = config.train_dataset.batch_size
-    return rows // batch if config.train_dataset.drop_last else -(-rows // batch)
 
 
 def describe_recover(config: Any) -> str:
@@ -471,5 +530,6 @@ def describe_recover(config: Any) -> str:
     paths = recover_paths(config)
     state = saved_state(paths)
     where = ("no saved state: starts at step 1" if state is None else
-             f"state saved after step {state.global_step + 1}: a run resumes at step {state.global_step + 2}")
+             f"state saved after step {state.global_step + 1}: a run resumes at step {state.global_step + 2}"
+             + ("" if state.trains_on is not None else f" ({UNRECORDED})"))
     return f"{r.mode}, every {every}, in {paths.save_root}; {where}"

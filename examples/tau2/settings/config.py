@@ -283,7 +283,9 @@ class Tau2TrainEnvConfig(Tau2EnvConfig):
     `mix` is set."""
     mix: dict[str, float] | None = None
     """Weighted mix of domains instead, e.g. `econfig.domain=null 'econfig.mix={airline:1,retail:1}'`: each
-    domain's share of training rows."""
+    domain's share of training rows. A key `DOMAIN@TRAIN` or `DOMAIN@TRAIN/VALID` gives that domain its own
+    training (and validation) split instead of `train_split` (`valid_split`), so domains whose splits differ
+    mix: `'econfig.mix={mock@all/all:1,library:1}'`."""
     train_split: str = "train"
     """tau2 split the training tasks come from (a domain without splits, such as mock, has only `all`)."""
     valid_split: str | None = "test"
@@ -302,8 +304,20 @@ class Tau2TrainEnvConfig(Tau2EnvConfig):
     def domain_weights(self) -> dict[str, float]:
         """Domain -> weight; a single domain has weight 1."""
         if self.mix:
-            return {str(k): float(v) for k, v in self.mix.items()}
+            return {mix_key(str(k))[0]: float(v) for k, v in self.mix.items()}
         return {str(self.domain): 1.0} if self.domain else {}
+
+    def domain_splits(self) -> dict[str, tuple[str, str | None]]:
+        """Domain -> (its training split, its validation split or None: no validation set), from its
+        `mix` key when that names them, else `train_split` and `valid_split`."""
+        if not self.mix:
+            return {str(self.domain): (self.train_split, self.valid_split)} if self.domain else {}
+        out = {}
+        for key in self.mix:
+            domain, train, valid = mix_key(str(key))
+            out[domain] = (train or self.train_split,
+                           (valid or self.valid_split) if self.valid_split else None)
+        return out
 
     def episode_config(self) -> Tau2EnvConfig:
         """The part that the workflow takes (its constructor validates it; `validate` reports the
@@ -329,6 +343,7 @@ class Tau2TrainEnvConfig(Tau2EnvConfig):
         named += [("econfig.mix key", d) for d in self.mix or {}]
         errors += [f"{name} {d!r} must be a domain name" for name, d in named
                    if not isinstance(d, str) or not d]
+        errors += self._mix_key_errors()
         if any(w <= 0 for w in self.domain_weights().values()):
             errors.append(f"econfig: mix weights must be positive, got {self.mix}")
         if not self.train_split:
@@ -336,6 +351,29 @@ class Tau2TrainEnvConfig(Tau2EnvConfig):
         if problem := ServingEngineChoice.problem("econfig.serving_engine", self.serving_engine):
             errors.append(problem)
         return errors
+
+    def _mix_key_errors(self) -> list[str]:
+        keys = [str(k) for k in self.mix or {} if k]
+        errors = [f"econfig.mix key {k!r} must be DOMAIN, DOMAIN@TRAIN_SPLIT or "
+                  "DOMAIN@TRAIN_SPLIT/VALID_SPLIT" for k in keys if not _MIX_KEY.fullmatch(k)]
+        domains = [mix_key(k)[0] for k in keys]
+        errors += [f"econfig.mix names domain {d!r} more than once; keep one key for it"
+                   for d in dict.fromkeys(domains) if domains.count(d) > 1]
+        if not self.valid_split:
+            errors += [f"econfig.mix key {k!r} names a validation split, and econfig.valid_split is null (no "
+                       f"validation set); write {k.split('/')[0]!r}, or set econfig.valid_split"
+                       for k in keys if mix_key(k)[2]]
+        return errors
+
+
+_MIX_KEY = re.compile(r"([^@/]+)(?:@([^@/]+)(?:/([^@/]+))?)?")
+
+
+def mix_key(key: str) -> tuple[str, str, str]:
+    """`DOMAIN`, `DOMAIN@TRAIN` or `DOMAIN@TRAIN/VALID` -> (domain, training split, validation split), ''
+    for a split the key does not name; a key of another form is all domain (`choice_errors` refuses it)."""
+    match = _MIX_KEY.fullmatch(key)
+    return (match[1], match[2] or "", match[3] or "") if match else (key, "", "")
 
 
 @dataclass
@@ -453,7 +491,18 @@ def config_problem(e: BaseException) -> str:
     (its messages name the value and the type, not the key); a value outside a `Choice` as `Choice.problem`
     words it."""
     key = getattr(e, "full_key", None) if isinstance(e, OmegaConfBaseException) else None
-    return _choice_problem(e) or (f"{key}: {first_line(e)}" if key else first_line(e))
+    return _choice_problem(e) or _list_problem(e) or (f"{key}: {first_line(e)}" if key else first_line(e))
+
+
+def _list_problem(e: BaseException) -> str:
+    """The sentence for OmegaConf's refusal of a single value given to a list field ('' for any other
+    error): Hydra reads `key=a` as a string, `key=[a]` as a list."""
+    if typing.get_origin(_refused_field_type(e)) is not list:
+        return ""
+    where, value = getattr(e, "full_key", ""), getattr(e, "value", None)
+    if value in ("", None):
+        return f"{where} is given no value; write {where}=[NAME, ...] with brackets, or {where}=[] for none"
+    return f"{where} takes a list, got {value!r}; write it in brackets: {where}=[{value}]"
 
 
 def _choice_problem(e: BaseException) -> str:
@@ -467,14 +516,19 @@ def _choice_problem(e: BaseException) -> str:
                      if typing.get_origin(t) is dict]
         kind = choice_type(key_types[0]) if key_types else None
         return kind.problem(f"{where.rpartition('.')[0]} key", key) if kind else ""
-    owner = getattr(e, "object_type", None)
-    if not (isinstance(e, ValidationError) and dataclasses.is_dataclass(owner) and key is not None):
-        return ""
-    try:
-        kind = choice_type(typing.get_type_hints(owner).get(str(key)))
-    except (NameError, TypeError):  # an annotation that does not resolve here: not one of ours
-        return ""
+    kind = choice_type(_refused_field_type(e))
     return kind.problem(where, getattr(e, "value", None)) if kind else ""
+
+
+def _refused_field_type(e: BaseException) -> Any:
+    """The annotation of the dataclass field whose value OmegaConf refused (None when it names none)."""
+    owner, key = getattr(e, "object_type", None), getattr(e, "key", None)
+    if not (isinstance(e, ValidationError) and dataclasses.is_dataclass(owner) and key is not None):
+        return None
+    try:
+        return typing.get_type_hints(owner).get(str(key))
+    except (NameError, TypeError):  # an annotation that does not resolve here: not one of ours
+        return None
 
 
 def compose_config(config_file: Path, overrides: list[str], config_cls: type[T],
@@ -528,6 +582,9 @@ def load_config(argv: list[str]) -> LoadedConfig:
         overrides.append(f"++{ALLOCATION_KEY}=''")
         raw = compose_raw(config_file, overrides)
 
+    if mix_name := _mix_experiment_name(raw):
+        overrides.append(f"++experiment_name={hydra_quoted(mix_name)}")
+        raw = compose_raw(config_file, overrides)
     notes = []
     tree_off = _tree_training_off(raw, overrides)
     if tree_off:
@@ -548,6 +605,18 @@ def hydra_quoted(value: str) -> str:
     # would resolve `${...}` unless escaped.
     escaped = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", value.replace("${", "\\${"))
     return "'" + re.sub(r"(\\+)$", lambda m: m.group(1) * 2, escaped) + "'"
+
+
+def _mix_experiment_name(raw: DictConfig) -> str:
+    """A mix's `experiment_name` where it follows the domain (config.yaml: `tau2-${econfig.domain}`): a mix
+    has no `econfig.domain`, so its run is named after its domains (`tau2-mix-airline-retail`); else ''."""
+    template = str(OmegaConf.to_container(OmegaConf.masked_copy(raw, ["experiment_name"]))["experiment_name"])
+    econfig = raw.get("econfig") or {}
+    if (template.count("${") != 1 or "${econfig.domain}" not in template or econfig.get("domain") is not None
+            or not econfig.get("mix")):
+        return ""
+    domains = dict.fromkeys(mix_key(str(key))[0] for key in econfig["mix"])
+    return template.replace("${econfig.domain}", "mix-" + "-".join(domains))
 
 
 def _tree_training_off(raw: DictConfig, overrides: list[str]) -> str:

@@ -40,16 +40,16 @@ def left_out_of_training(econfig: Tau2TrainEnvConfig, domain: str) -> frozenset[
     return regraded.regraded_task_ids(domain)
 
 
-def mixed_rows(weights: dict[str, float], split: str, seed: int,
+def mixed_rows(weights: dict[str, float], splits: dict[str, str], seed: int,
                leave_out: dict[str, frozenset[str]] | None = None) -> list[Row]:
-    """Rows of several domains with row counts proportional to `weights`.
+    """Rows of several domains, each from its own split, with row counts proportional to `weights`.
 
     The epoch is the smallest size at which every domain's share covers all its tasks; a domain then
     gets its tasks repeated whole, plus a seeded sample of them for the remainder.
     """
     total = sum(weights.values())
     shares = {d: w / total for d, w in weights.items()}
-    per_domain = {d: split_rows(d, split, (leave_out or {}).get(d, frozenset())) for d in weights}
+    per_domain = {d: split_rows(d, splits[d], (leave_out or {}).get(d, frozenset())) for d in weights}
     epoch = max(math.ceil(len(rows) / shares[d]) for d, rows in per_domain.items())
     rng = random.Random(seed)
     out: list[Row] = []
@@ -62,18 +62,19 @@ def mixed_rows(weights: dict[str, float], split: str, seed: int,
 
 def train_rows(econfig: Tau2TrainEnvConfig, seed: int) -> list[Row]:
     weights = econfig.domain_weights()
+    splits = {d: train for d, (train, _) in econfig.domain_splits().items()}
     leave_out = {d: left_out_of_training(econfig, d) for d in weights}
     if len(weights) == 1:
         domain = next(iter(weights))
-        return split_rows(domain, econfig.train_split, leave_out[domain])
-    return mixed_rows(weights, econfig.train_split, seed, leave_out)
+        return split_rows(domain, splits[domain], leave_out[domain])
+    return mixed_rows(weights, splits, seed, leave_out)
 
 
 def valid_rows(econfig: Tau2TrainEnvConfig) -> list[Row]:
-    """Every validation task of every domain once (a mix's weights do not apply to evaluation)."""
-    if not econfig.valid_split:
-        return []
-    return [row for domain in econfig.domain_weights() for row in split_rows(domain, econfig.valid_split)]
+    """Every validation task of every domain once, each from its own validation split (a mix's weights
+    do not apply to evaluation)."""
+    return [row for domain, (_, valid) in econfig.domain_splits().items() if valid
+            for row in split_rows(domain, valid)]
 
 
 def rows_per_domain(rows: list[Row]) -> dict[str, int]:

@@ -76,9 +76,13 @@ class Tau2PPOTrainer(PPOTrainer):
         self.parity_record_dir = parity_record_dir  # read by _init_rollout, inside AReaL's __init__
         self._deferred_recover_save: tuple[int, int, int] | None = None
         super().__init__(config, train_dataset=train_dataset, valid_dataset=valid_dataset)
-        from examples.tau2.lifecycle.recover import AtomicRecoverHandler, recover_paths  # kill-safe saves
+        from examples.tau2.lifecycle.recover import AtomicRecoverHandler, SaveWhenAsked
+        from examples.tau2.runtime.leftovers import discard_swanlab_run
 
-        self.recover_handler = AtomicRecoverHandler.adopt(self.recover_handler, recover_paths(config))
+        discard_swanlab_run()  # the folder of the stats logger's SwanLab run, outside the run's
+
+        self.recover_handler = AtomicRecoverHandler.adopt(self.recover_handler, config)
+        self.saver.freq_ctl = SaveWhenAsked(self.saver.freq_ctl)  # the last step's save (_save_hf)
 
     def _init_scheduler(self) -> Any:
         """The scheduler of the add-on `scheduler.type` names (e.g. SLURM's), else AReaL's own."""
@@ -217,6 +221,15 @@ class Tau2PPOTrainer(PPOTrainer):
             logger.warning("the clean-up after %s failed too: %s: %s", exc_type.__name__,
                            type(cleanup).__name__, first)
             return False
+
+    def _save_hf(self, epoch: int, epoch_step: int, global_step: int) -> None:
+        """AReaL's save when `saver.freq_*` is due, and always after the run's last step: AReaL saves only
+        when a frequency is due, so a run whose steps end between two due saves (a domain with fewer tasks
+        than the config was written for, a step count that is no multiple of `freq_steps`) would end
+        without its trained policy."""
+        if global_step + 1 >= self._total_steps():
+            self.saver.freq_ctl.save_next()
+        super()._save_hf(epoch, epoch_step, global_step)
 
     def _save_recover_checkpoint(self, epoch: int, epoch_step: int, global_step: int) -> None:
         """Deferred: AReaL saves before it commits the step's stats (rl_trainer.py:797 vs :854), so a kill
