@@ -36,7 +36,8 @@ def check_passing_run(summary: dict, root: Path) -> None:
     # an exact 1 everywhere would mean one side's logprobs were compared with themselves.
     assert any(lo < 1.0 or hi > 1.0 for lo, hi in zip(s["logprob_ratio_min"], s["logprob_ratio_max"],
                                                        strict=True))
-    assert s["weights_changed"] > 0 and s["weight_rel_change"] > 0
+    # the weights move exactly when some step trained on a nonzero advantage (a group with two rewards)
+    assert (s["weights_changed"] > 0) == any(a != 0.0 for a in s["advantage_max_abs"]), s
     assert all(n > 0 for n in s["rows_trained"])
     # every step compared the prompts AReaL's proxy rendered with the vLLM server's own: all identical
     assert all(n > 0 for n in s["parity_requests"]) and not any(s["parity_differing"]), s

@@ -9,6 +9,7 @@ promises (`smoke_support.check_passing_run`); one run serves both, since each co
 from __future__ import annotations
 
 import math
+import shutil
 import socket
 import sys
 from pathlib import Path
@@ -107,6 +108,17 @@ def test_a_live_smoke_run_of_the_same_seed_is_a_config_problem(tmp_path, vllm_en
     assert [e for e in errors if e.startswith(f"seed={first.seed}: the run tau2-smoke-cpu/run (pid ")], errors
 
 
+def test_a_temporary_folder_too_long_for_vllm_s_sockets_is_a_config_problem(tmp_path, vllm_env, monkeypatch):
+    long = tmp_path / ("t" * 80)
+    long.mkdir()
+    monkeypatch.setattr("tempfile.tempdir", str(long))
+    errors = check_config(_load(tmp_path))
+    assert any(e.startswith(f"the temporary folder {long} is too long for the vLLM server's sockets")
+               and e.endswith("set TMPDIR to a shorter folder, e.g. TMPDIR=/tmp") for e in errors), errors
+    monkeypatch.setattr("tempfile.tempdir", "/tmp")
+    assert check_config(_load(tmp_path)) == []
+
+
 def test_missing_vllm_venv_is_a_config_problem(tmp_path, monkeypatch):
     monkeypatch.setenv(VLLM_PYTHON_ENV, str(tmp_path / "python"))
     assert any("install_vllm_cpu.sh" in e for e in check_config(_load(tmp_path)))
@@ -140,6 +152,37 @@ def test_result_checks_fail_on_drifting_logprobs_and_frozen_weights(tmp_path, vl
     final = _checkpoint(tmp_path / "final", 1.5)
     changed, total, rel = compare_weights(initial, final)
     assert (changed, total) == (1, 2) and math.isclose(rel, 0.5 * 4 / math.sqrt(16 + 3), rel_tol=0.2)
+
+
+def test_the_weights_change_exactly_when_some_step_trained_on_a_nonzero_advantage(tmp_path, vllm_env):
+    """Every group uniform (advantages all 0) means no gradient: with weight decay 0 the weights must stay,
+    and the run may pass; a nonzero advantage must move them."""
+    from areal.utils.saver import Saver
+
+    from examples.tau2.cpu.smoke import ADVANTAGE_MAX, ADVANTAGE_MIN
+
+    config = _load(tmp_path)
+    initial = _checkpoint(tmp_path / "initial", 1.0)
+    saved = Path(Saver.get_model_save_path(config.saver.experiment_name, config.saver.trial_name,
+                                           config.saver.fileroot, 0, 1, 1, "default"))
+    ok = {f"{KL_DIRECT}/avg": 0.0, f"{KL_DIRECT}/min": 0.0, f"{KL_DIRECT}/max": 0.0}
+    flat = [{"global_step": i, **ok, ADVANTAGE_MIN: 0.0, ADVANTAGE_MAX: 0.0} for i in range(2)]
+    mixed = [flat[0], {**flat[1], ADVANTAGE_MIN: -0.7, ADVANTAGE_MAX: 0.7}]
+
+    def weight_problems(stats):
+        result = evaluate_run(config, stats, initial, {"total": 1.0}, {})
+        return [p for p in result.problems if "weights" in p], format_result(result, 0.05)
+
+    saved.rmdir()  # made by AReaL's path function
+    _checkpoint(saved, 1.0)  # equal to the initial weights
+    problems, text = weight_problems(flat)
+    assert problems == [] and "no step had a reward signal" in text
+    assert weight_problems(mixed)[0] == ["the trained weights equal the initial weights, though step(s) [2] "
+                                         "trained on nonzero advantages"]
+    shutil.rmtree(saved)
+    _checkpoint(saved, 1.5)
+    assert weight_problems(mixed)[0] == []
+    assert weight_problems(flat)[0][0].startswith("the weights changed though every advantage was 0")
 
 
 def test_a_good_mean_does_not_hide_bad_tokens(tmp_path, vllm_env):
@@ -191,7 +234,7 @@ def test_format_result_names_every_problem():
                     parity_requests=[3], parity_differing=[1], rows_trained=[3], tokens_trained=[40],
                     tokens_in_rows=[900], tokens_computed=[300],
                     trainer="archon, prefix sharing (tree training) on",
-                    reward=[0.0], weights_changed=0, weights_total=5,
+                    reward=[0.0], weights_changed=0, weights_total=5, advantage_max_abs=[0.5],
                     weight_rel_change=0.0, checkpoint="", episode_dumps=0, timings_s={"total": 3.0},
                     paths={"logs": "/x"}, problems=["the trained weights equal the initial weights"])
     text = format_result(r, 0.05)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import getpass
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -55,15 +56,20 @@ def test_a_smoke_run_leaves_nothing_outside_its_folders_and_the_caches(tmp_path)
     """The CI-sized smoke run (AReaL's trainer and stats logger, its workers, the vLLM server), with a home
     and a temporary folder of its own, so that what it leaves there is its own."""
     assert vllm_python()
-    home, temp, root = tmp_path / "home", tmp_path / "tmp", tmp_path / "run"
+    home, root = tmp_path / "home", tmp_path / "run"
     home.mkdir()
-    temp.mkdir()
+    # short: vLLM's sockets go in the run's folder inside it, and a socket's path takes at most 107 bytes
+    temp = Path(tempfile.mkdtemp(prefix="tau2-lt-", dir="/tmp"))
     env = {k: v for k, v in os.environ.items() if k not in ("XDG_CACHE_HOME", "TORCHINDUCTOR_CACHE_DIR")}
     env.update(HOME=str(home), TMPDIR=str(temp))
     log = tmp_path / "smoke.log"
     # the tiny model from the usual cache: building it is not what this test is about
-    out = finish(start(smoke_command(root, f"smoke.cache_dir={default_cache_dir()}"), log, env), log, root)
-    assert "tau2 CPU smoke run: PASSED" in out, out[-5000:]
-    left = {p for p in _listing(temp) if not p.startswith("torchinductor_")}  # torch's compile cache
+    try:
+        run = start(smoke_command(root, f"smoke.cache_dir={default_cache_dir()}"), log, env)
+        out = finish(run, log, root)
+        assert "tau2 CPU smoke run: PASSED" in out, out[-5000:]
+        left = {p for p in _listing(temp) if not p.startswith("torchinductor_")}  # torch's compile cache
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
     left |= {f"~/{p}" for p in _listing(home) if p.startswith(".cache/swanlab/run-")}
     assert left == set(), sorted(left)[:20]

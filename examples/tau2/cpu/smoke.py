@@ -63,6 +63,7 @@ PARITY_DIFFERING = "tau2/parity/differing"
 """Per step (`cpu.parity.RecordedParity`): prompts compared with the vLLM server's, and those that
 differ."""
 PARITY_FIRST_FILE = "first_difference.txt"
+ADVANTAGE_MIN, ADVANTAGE_MAX = "ppo_actor/advantages/min", "ppo_actor/advantages/max"
 SUMMARY_FILE = "smoke_summary.json"
 PLOT_FILE = "smoke_curves.png"
 
@@ -95,6 +96,9 @@ class SmokeResult:
     weights_total: int
     weight_rel_change: float
     """||w_final - w_initial|| / ||w_initial|| over all tensors."""
+    advantage_max_abs: list[float]
+    """Per step: the largest |advantage| trained on; 0 when every group's episodes had one reward, so the
+    policy gradient was 0 (with weight decay 0, the weights then must not change)."""
     checkpoint: str
     episode_dumps: int
     timings_s: dict[str, float]
@@ -184,12 +188,20 @@ def evaluate_run(config: Tau2SmokeConfig, stats: list[dict[str, float]], initial
     checkpoint = latest_saved_model(config.saver)
     changed, total, rel = (0, 0, 0.0)
     problems = []
+    advantages = [max(abs(lo), abs(hi)) for lo, hi in zip(_series(stats, ADVANTAGE_MIN),
+                                                          _series(stats, ADVANTAGE_MAX), strict=True)]
+    signal = [i + 1 for i, a in enumerate(advantages) if a != 0.0]  # nan (unknown) counts as signal
     if checkpoint is None:
         problems.append("no checkpoint was saved")
     else:
         changed, total, rel = compare_weights(initial_model, checkpoint)
-        if changed == 0:
-            problems.append("the trained weights equal the initial weights")
+        if changed == 0 and signal:
+            problems.append(f"the trained weights equal the initial weights, though step(s) {signal} "
+                            "trained on nonzero advantages")
+        if changed and not signal and config.actor.optimizer.weight_decay == 0:
+            problems.append("the weights changed though every advantage was 0 (every group's episodes had "
+                            "one reward) and weight decay is 0: something other than the policy gradient "
+                            "moved them")
     if len(stats) < config.smoke.min_optimizer_steps:
         problems.append(f"{len(stats)} optimizer steps ran, fewer than {config.smoke.min_optimizer_steps}")
     # Every token, not just the mean: packing sequences without a varlen kernel gives per-token
@@ -234,7 +246,7 @@ def evaluate_run(config: Tau2SmokeConfig, stats: list[dict[str, float]], initial
                         _series(stats, "ppo_actor/update/n_valid_tokens")],
         tokens_in_rows=in_rows, tokens_computed=computed, trainer=trainer,
         reward=_series(stats, "ppo_actor/task_reward/avg", "rollout/reward"),
-        weights_changed=changed, weights_total=total, weight_rel_change=rel,
+        weights_changed=changed, weights_total=total, weight_rel_change=rel, advantage_max_abs=advantages,
         checkpoint=str(checkpoint or ""), episode_dumps=dumps, timings_s=timings, paths=paths,
         problems=problems,
     )
@@ -260,6 +272,10 @@ def format_result(r: SmokeResult, tol: float) -> str:
                  "request (POST /tokenize) / prompts compared")
     lines.append(f"weights: {r.weights_changed}/{r.weights_total} tensors changed, "
                  f"relative change {r.weight_rel_change:.2e}")
+    if r.advantage_max_abs and not any(a != 0.0 for a in r.advantage_max_abs):
+        lines.append("no step had a reward signal: every group's episodes had one reward, so the policy "
+                     "gradient was 0 and the weights (checked) stayed as they were; more episodes per group "
+                     "(gconfig.n_samples) or steps make a mixed group likelier")
     lines.append(f"episode dumps: {r.episode_dumps}")
     lines += [f"slurm: {line}" for line in r.placement]
     lines.append("timings: " + ", ".join(f"{k} {v:.0f} s" for k, v in r.timings_s.items()))

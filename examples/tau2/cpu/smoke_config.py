@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import math
 import socket
+import tempfile
 import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +21,8 @@ from examples.tau2.cpu.tiny_model import TinyModelRecipe
 from examples.tau2.settings.config import ConfigError, Tau2PPOConfig, compose_config, split_config_argv
 
 MAIN_CONFIG = Path(__file__).resolve().parents[1] / "config.yaml"
+SOCKET_PATH_MAX, UUID_CHARS = 107, 36
+"""A Unix socket's path (sun_path less its NUL), and vLLM's socket names in the temporary folder."""
 SMOKE_VARIANT = "+configs=smoke_cpu"
 
 
@@ -178,6 +181,11 @@ def check_config(config: Tau2SmokeConfig) -> list[str]:
         vllm_python()
     except FileNotFoundError as e:
         errors.append(str(e))
+    temp = tempfile.gettempdir()  # the run's own folder (runtime/leftovers.py)
+    if len(temp) + len("/") + UUID_CHARS > SOCKET_PATH_MAX:
+        errors.append(f"the temporary folder {temp} is too long for the vLLM server's sockets (a socket's "
+                      f"path takes at most {SOCKET_PATH_MAX} bytes, and vLLM names them by a UUID in it); "
+                      "set TMPDIR to a shorter folder, e.g. TMPDIR=/tmp")
     if config.scheduler.type == "slurm":  # as a training run's: each job, and all at once, against sinfo
         from examples.tau2.slurm.addon import SlurmAddon
         from examples.tau2.slurm.queue import unreachable
