@@ -18,7 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from examples.tau2.cpu.tiny_model import TinyModelRecipe
-from examples.tau2.settings.config import ConfigError, Tau2PPOConfig, compose_config, split_config_argv
+from examples.tau2.settings.config import (
+    ConfigError,
+    Tau2PPOConfig,
+    compose_config,
+    override_key,
+    split_config_argv,
+)
 
 MAIN_CONFIG = Path(__file__).resolve().parents[1] / "config.yaml"
 SOCKET_PATH_MAX, UUID_CHARS = 107, 36
@@ -81,7 +87,7 @@ def fit_epochs(config: Tau2SmokeConfig, overrides: list[str]) -> list[str]:
     from examples.tau2.settings import dataset as tau2_dataset
 
     steps = config.total_train_steps
-    if steps is None or any(o.split("=", 1)[0].lstrip("+~") == "total_train_epochs" for o in overrides):
+    if steps is None or any(override_key(o) == "total_train_epochs" for o in overrides):
         return overrides
     try:
         tau2_domain.load_modules(config.econfig.domain_modules)

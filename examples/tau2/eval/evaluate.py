@@ -407,7 +407,7 @@ class TrialLog:
     def append(self, record: TrialRecord) -> None:
         if self._file is None:
             self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (kept open for the run)
-        self._file.write(json.dumps(record.to_json(), ensure_ascii=False) + "\n")
+        self._file.write(jsonl_line(record))
         self._file.flush()
         os.fsync(self._file.fileno())
 
@@ -415,6 +415,11 @@ class TrialLog:
         if self._file is not None:
             self._file.close()
             self._file = None
+
+
+def jsonl_line(record: TrialRecord) -> str:
+    """A trial's line of trials.jsonl (and of trials.superseded.jsonl)."""
+    return json.dumps(record.to_json(), ensure_ascii=False) + "\n"
 
 
 def scored_record(result: EpisodeResult, trial: int, seed: int, inputs: str = "") -> TrialRecord:
@@ -595,8 +600,8 @@ def set_aside_changed(plan: EvalPlan, path: Path, records: list[TrialRecord]) ->
     if not changed:
         return records
     with open(path.with_name(SUPERSEDED_FILE), "a", encoding="utf-8") as f:
-        f.writelines(json.dumps(r.to_json(), ensure_ascii=False) + "\n" for r in changed)
-    write_atomic(path, "".join(json.dumps(r.to_json(), ensure_ascii=False) + "\n" for r in kept))
+        f.writelines(jsonl_line(r) for r in changed)
+    write_atomic(path, "".join(jsonl_line(r) for r in kept))
     tasks = sorted({f"{r.domain}/{r.task_id}" for r in changed})
     logger.info("%d recorded trials ran on other inputs than now (their task, or its domain's code or data, "
                 "changed since, or they predate input keys) and run again: %s (their lines are in %s)",

@@ -429,14 +429,15 @@ class LoadedConfig:
     """Settings the loader changed on purpose, one sentence each (the plan shows them)."""
 
 
-def _override_key(override: str) -> str:
+def override_key(override: str) -> str:
+    """The key a command-line override sets, whatever its prefix (`key=`, `+key=`, `++key=`, `~key`)."""
     return override.split("=", 1)[0].lstrip("+~")
 
 
 def _quote_parenthesized(override: str) -> str:
     """Hydra's override grammar rejects unquoted `(`; the MoE hybrid backend syntax uses it."""
     key, sep, value = override.partition("=")
-    if sep and _override_key(override) in BACKEND_KEYS and "(" in value and value[:1] not in "'\"":
+    if sep and override_key(override) in BACKEND_KEYS and "(" in value and value[:1] not in "'\"":
         return f"{key}='{value}'"
     return override
 
@@ -483,7 +484,7 @@ def compose_raw(config_file: Path, overrides: list[str],
 
 def shown(overrides: list[str]) -> list[str]:
     """The overrides as a message may show them: the proxy's admin key masked."""
-    return [f"{o.split('=', 1)[0]}=***" if _override_key(o) == ADMIN_KEY else o for o in overrides]
+    return [f"{o.split('=', 1)[0]}=***" if override_key(o) == ADMIN_KEY else o for o in overrides]
 
 
 def config_problem(e: BaseException) -> str:
@@ -550,18 +551,18 @@ def load_config(argv: list[str]) -> LoadedConfig:
 
     cli_mode = ""
     overrides = []
-    for old in [_override_key(o) for o in rest if _override_key(o) in RENAMED_KEYS]:
+    for old in [override_key(o) for o in rest if override_key(o) in RENAMED_KEYS]:
         raise ConfigError(f"{old} is the original example's name: here it is {RENAMED_KEYS[old]} "
                           f"({RENAMED_KEYS[old]}=...)")
-    for gone in [_override_key(o) for o in rest if _override_key(o) in REMOVED_KEYS]:
+    for gone in [override_key(o) for o in rest if override_key(o) in REMOVED_KEYS]:
         raise ConfigError(f"{gone} is gone: {REMOVED_KEYS[gone]}; drop the key")
     for o in rest:
-        if _override_key(o) == ALLOCATION_KEY:
+        if override_key(o) == ALLOCATION_KEY:
             cli_mode = o.split("=", 1)[1].strip().strip("'\"")  # the last one wins, as in Hydra
         else:
             overrides.append(_quote_parenthesized(o))
     admin_key = os.environ.get(ADMIN_KEY_ENV)
-    if admin_key and not any(_override_key(o) == ADMIN_KEY for o in overrides):  # an explicit one wins
+    if admin_key and not any(override_key(o) == ADMIN_KEY for o in overrides):  # an explicit one wins
         overrides.append(f"++{ADMIN_KEY}={hydra_quoted(admin_key)}")
 
     raw = compose_raw(config_file, overrides)
@@ -624,7 +625,7 @@ def _tree_training_off(raw: DictConfig, overrides: list[str]) -> str:
     parallel sizes of 1. An allocation with pp or cp > 1 turns the default off (returning why); a tree
     training the command line asks for explicitly stays on, and validation refuses it."""
     actor = raw.get("actor") or {}
-    if not actor.get("enable_tree_training") or any(_override_key(o) == TREE_TRAINING_KEY for o in overrides):
+    if not actor.get("enable_tree_training") or any(override_key(o) == TREE_TRAINING_KEY for o in overrides):
         return ""
     try:
         parallel = parse_backend(str(actor.get("backend") or "")).parallel
