@@ -7,6 +7,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -98,14 +99,25 @@ def kill_all(proc: subprocess.Popen, root: Path) -> None:
                     q.kill()
 
 
+_TROUBLE = re.compile(r"ERROR|Traceback|Error\b|PROBLEM|^smoke:|^tau2 |watchdog|stopp")
+
+
+def log_excerpt(log: Path) -> str:
+    """The log's errors and the run's own lines, then its tail. A worker's output is buffered in a pipe and
+    can land as one block when the worker ends, hiding the controller's last words above it."""
+    text = log.read_text()
+    trouble = [line[:300] for line in text.splitlines() if _TROUBLE.search(line)][-40:]
+    return "errors and the run's own lines:\n" + "\n".join(trouble) + "\n... the tail:\n" + text[-4000:]
+
+
 def wait_for(predicate, proc: subprocess.Popen, log: Path, timeout_s: float, what: str) -> float:
     """Seconds until `predicate()`; fails the test if the run ends first or `timeout_s` passes."""
     start_s = time.monotonic()
     while not predicate():
         if proc.poll() is not None:
-            pytest.fail(f"the run ended (rc {proc.returncode}) before {what}:\n{log.read_text()[-5000:]}")
+            pytest.fail(f"the run ended (rc {proc.returncode}) before {what}:\n{log_excerpt(log)}")
         if time.monotonic() - start_s > timeout_s:
-            pytest.fail(f"no {what} within {timeout_s:.0f} s:\n{log.read_text()[-5000:]}")
+            pytest.fail(f"no {what} within {timeout_s:.0f} s:\n{log_excerpt(log)}")
         time.sleep(0.2)
     return time.monotonic() - start_s
 

@@ -42,7 +42,7 @@ from examples.tau2.lifecycle.recover import (
     trim_stats,
 )
 from examples.tau2.lifecycle.validate import build_plan, format_plan, validate
-from examples.tau2.lifecycle.watchdog import InferenceServerDied, ServerWatchdog
+from examples.tau2.lifecycle.watchdog import CONTROL, InferenceServerDied, ServerWatchdog
 from examples.tau2.training.trainer import Tau2PPOTrainer
 from tests.tau2_train_support import clean_overrides, load, trainer_without_areal_init
 
@@ -147,7 +147,7 @@ class _Stateful:
         return {"n": 1}
 
 
-def test_atomic_handler_saves_to_next_then_swaps_in(tmp_path):
+def test_atomic_handler_saves_to_next_then_swaps_in(tmp_path, monkeypatch):
     config = _config(tmp_path, "recover.freq_steps=2")
     r = config.recover
     spec = FinetuneSpec(total_train_epochs=1, dataset_size=6, train_batch_size=1)
@@ -155,9 +155,13 @@ def test_atomic_handler_saves_to_next_then_swaps_in(tmp_path):
         RecoverHandler(RecoverConfig(mode="auto", experiment_name=r.experiment_name, trial_name=r.trial_name,
                                      fileroot=r.fileroot, freq_steps=2), spec), config)
     engine, paths = _Engine(), recover_paths(config)
+    monkeypatch.setattr(CONTROL, "saved_step", None)
+    seen = []  # what a SIGTERM right after each dump would report saved (the journal's `saved_step`)
     for step in range(3):
         handler.dump(engine, StepInfo(epoch=0, epoch_step=step, global_step=step, steps_per_epoch=6),
                      _Stateful(), _Stateful(), _Stateful(), _Stateful())
+        seen.append(CONTROL.saved_step)
+    assert seen == [None, 1, 1]  # set the moment the files are swapped in, not at the step's commit
     assert engine.saved == [str(staged(paths.checkpoints[0]))]  # due at the second step only
     state = saved_state(paths)
     assert state is not None and state.global_step == 1 and state.trains_on == trains_on(config)

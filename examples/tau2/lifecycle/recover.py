@@ -305,6 +305,7 @@ class AtomicRecoverHandler(RecoverHandler):
         if self.last_step_info is not step_info:  # not due at this step
             return
         commit(self.paths, step_info.global_step, trains_on(self.run_config))
+        CONTROL.saved_step = step_info.global_step  # at once: a SIGTERM from here on reports this step saved
         logger.info("saved the recover state of step %d in %.1f s (%s)", step_info.global_step + 1,
                     time.perf_counter() - start, self.paths.save_root)
 
