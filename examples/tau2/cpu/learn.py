@@ -61,6 +61,9 @@ class PolicyScore:
     """Percentile bootstrap over tasks (eval.evaluate's pass^1 interval)."""
     episodes: int
     tasks: int = 0
+    unflagged_success_rate: float | None = None
+    """The success rate over the tasks no do-nothing or half-done agent passes (None: no such task)."""
+    unflagged_tasks: int = 0
 
 
 @dataclass
@@ -164,11 +167,15 @@ def evaluate_served_policy(url: str, name: str, out_dir: Path, config: Tau2Smoke
                "--output-dir", str(out_dir)]
         with open(out_dir.with_suffix(".eval.log"), "w") as log:
             subprocess.run(cmd, check=True, stdout=log, stderr=subprocess.STDOUT)
-    report = json.loads((out_dir / "results.json").read_text())["report"]["domains"][e.domain]
+    results = json.loads((out_dir / "results.json").read_text())
+    report = results["report"]["domains"][e.domain]
     interval = report["pass_hat_k_ci"]["1"]
+    unflagged = results.get("unflagged", {}).get(e.domain, {})
     return PolicyScore(eval_dir=str(out_dir), success_rate=report["success_rate"],
                        interval=(float(interval["low"]), float(interval["high"])),
-                       episodes=report["num_valid_trials"], tasks=report["num_tasks"])
+                       episodes=report["num_valid_trials"], tasks=report["num_tasks"],
+                       unflagged_success_rate=unflagged.get("success_rate"),
+                       unflagged_tasks=unflagged.get("tasks", 0))
 
 
 class ProgressPrinter:
@@ -311,6 +318,11 @@ def table(results: list[SeedResult], trials: int) -> str:
     lines.append(f"success: τ² reward 1 over {tasks} {domain} tasks x {trials} trials (interval: bootstrap "
                  "over tasks, 95 %); smoke checks: the smoke run's (logprob ratio of every token, weights "
                  "changed, ...)")
+    for r in results:
+        b, a = r.before.unflagged_success_rate, r.after.unflagged_success_rate
+        if r.after.unflagged_tasks < r.after.tasks and b is not None and a is not None:
+            lines.append(f"- seed {r.seed}, on the {r.after.unflagged_tasks} tasks no do-nothing or "
+                         f"half-done agent passes (tau2_rl.sh check-tasks): {b:.3f} → {a:.3f} ({a - b:+.3f})")
     for r in results:
         lines += [f"- seed {r.seed}: {p}" for p in r.smoke_problems]
     if any(r.train_tasks for r in results):

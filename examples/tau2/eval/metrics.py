@@ -40,7 +40,8 @@ from typing import Any
 
 import numpy as np
 
-SUCCESS_THRESHOLD = 1.0 - 1e-6
+from examples.tau2.episode.task_check import SUCCESS_THRESHOLD
+
 OVERALL = "overall"
 INTERVAL_METHOD = (
     "percentile bootstrap over tasks (tasks resampled with replacement, each keeping its own unbiased "

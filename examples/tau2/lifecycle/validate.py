@@ -497,8 +497,8 @@ class DataPlan:
     """Domain -> training rows per epoch (a mix repeats tasks)."""
     train_tasks: dict[str, int]
     valid_rows: dict[str, int]
-    left_out: dict[str, int] = dataclasses.field(default_factory=dict)
-    """Domain -> tasks of the train split left out as regraded (`econfig.train_on_regraded_tasks`)."""
+    left_out: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
+    """Domain -> why -> tasks of the train split left out (`settings.dataset.reasons_left_out`)."""
     valid_regraded: dict[str, int] = dataclasses.field(default_factory=dict)
     """Domain -> validation tasks that the two tau2 releases grade differently (kept, counted)."""
     domains: dict[str, str] = dataclasses.field(default_factory=dict)
@@ -573,8 +573,9 @@ def _data_plan(config: Tau2PPOConfig) -> DataPlan | None:
         return None  # validate() names the missing split
     domains = econfig.domain_weights()
     tasks = {d: len({r["task_id"] for r in train if r["domain"] == d}) for d in domains}
-    left_out = {d: len(set(tau2_domain.task_ids(d, econfig.domain_splits()[d][0]))
-                       & tau2_dataset.left_out_of_training(econfig, d)) for d in domains}
+    left_out = {d: {why: n for why, ids in tau2_dataset.reasons_left_out(econfig, d).items()
+                    if (n := len(set(tau2_domain.task_ids(d, econfig.domain_splits()[d][0])) & ids))}
+                for d in domains}
     valid_regraded = {d: len(regraded.affected(d, [r["task_id"] for r in valid if r["domain"] == d]))
                       for d in domains}
     return DataPlan(tau2_dataset.rows_per_domain(train), tasks, tau2_dataset.rows_per_domain(valid),
@@ -679,8 +680,9 @@ def format_plan(plan: Plan, errors: list[str]) -> str:
         for domain, rows in plan.data.train_rows.items():
             valid = plan.data.valid_rows.get(domain, 0)
             tasks = plan.data.train_tasks[domain]
-            left_out = plan.data.left_out.get(domain, 0)
-            out = f", {left_out} regraded left out" if left_out else ""
+            why = {"regraded": "regraded", "flagged": "that pay for doing nothing or half the job"}
+            left = [f"{n} {why[reason]}" for reason, n in plan.data.left_out.get(domain, {}).items()]
+            out = f"; left out: {', '.join(left)}" if left else ""
             flagged = plan.data.valid_regraded.get(domain, 0)
             flag = f" ({flagged} regraded)" if flagged else ""
             lines.append(row("data", f"{domain}: {rows} training rows ({tasks} tasks{out}), "

