@@ -72,6 +72,7 @@ def planted_domain(folder: Path) -> tuple[str, str, dict[str, set[str]]]:
                                                                            "loan_id": "L999"}}]),
         task("both_splits", 3),
         task("twin_a", 7), task("twin_b", 7),
+        task("nothing_test", 5),  # pays for nothing too, in the test split only
         task("broken", 1, env_assertions=[{"env_type": "assistant", "func_name": "assert_loan_renewed",
                                            "arguments": {"loan_id": "L001"}, "assert_value": True}],
              reward_basis=["ENV_ASSERTION"]),
@@ -80,11 +81,13 @@ def planted_domain(folder: Path) -> tuple[str, str, dict[str, set[str]]]:
     (data / "tasks.json").write_text(json.dumps(tasks, indent=1))
     ids = [t["id"] for t in tasks]
     (data / "split_tasks.json").write_text(json.dumps(
-        {"train": [i for i in ids if i != "broken"], "test": ["both_splits", "broken"], "base": ids}))
+        {"train": [i for i in ids if i not in ("broken", "nothing_test")],
+         "test": ["both_splits", "broken", "nothing_test"], "base": ids}))
     expected = {"sound": set(), "nothing": {"rewards_nothing"}, "partial": {"rewards_partial"},
                 "comma": {"unmatchable_info"}, "read_writes": {"write_tagged_read"},
                 "failing": {"failing_write", "rewards_nothing"}, "both_splits": {"in_two_splits"},
-                "twin_a": {"duplicate_task"}, "twin_b": {"duplicate_task"}, "broken": set()}
+                "twin_a": {"duplicate_task"}, "twin_b": {"duplicate_task"},
+                "nothing_test": {"rewards_nothing"}, "broken": set()}
     return module, domain, expected
 
 
@@ -138,7 +141,7 @@ def test_the_command_writes_both_files_and_exits_1_naming_the_broken_tasks(plant
     assert f"{domain} task 'broken' (0.000): ENV_ASSERTION: assert_loan_renewed(loan_id='L001') is not True" \
         in run.stderr
     assert f"{domain} task 'comma'" in run.stderr and "drops commas" in run.stderr
-    assert "rewards_nothing: 2 (nothing, failing)" in run.stdout
+    assert "rewards_nothing: 3 (nothing, failing, nothing_test)" in run.stdout
     written = json.loads((out / "check_tasks.json").read_text())
     assert {t["task_id"]: set(t["flags"]) for t in written["tasks"]} == expected
     assert set(written["tasks"][0]) == {"domain", "task_id", "split", "oracle_reward", "nothing_reward",
@@ -151,16 +154,24 @@ def test_the_command_writes_both_files_and_exits_1_naming_the_broken_tasks(plant
 
 
 def test_training_leaves_the_flagged_tasks_out_and_evaluation_keeps_them(planted, tmp_path):
+    """Every batch AReaL's dataloader draws over two epochs lacks the flagged training tasks; the
+    validation rows keep the flagged test task."""
+    from areal.api.cli_args import TrainDatasetConfig
+    from areal.utils.dataloader import create_dataloader
+
     _, module, domain, _ = planted
     econfig = Tau2TrainEnvConfig(domain=domain, domain_modules=[module])
     left = tau2_dataset.reasons_left_out(econfig, domain)["flagged"]
-    assert left == {"nothing", "partial", "failing"}
-    train = {r["task_id"] for r in tau2_dataset.train_rows(econfig, seed=1)}
-    assert train == set(tau2_domain.task_ids(domain, "train")) - left
+    assert left == {"nothing", "partial", "failing", "nothing_test"}
+    loader = create_dataloader(tau2_dataset.to_dataset(tau2_dataset.train_rows(econfig, seed=1)), rank=0,
+                               world_size=1, dataset_config=TrainDatasetConfig(path="tau2", type="rl",
+                                                                               batch_size=2, shuffle=True))
+    trained = {row["task_id"] for _ in range(2) for batch in loader for row in batch}
+    assert trained == set(tau2_domain.task_ids(domain, "train")) - left
     valid = {r["task_id"] for r in tau2_dataset.valid_rows(econfig)}
-    assert valid == {"both_splits", "broken"}
+    assert valid == {"both_splits", "broken", "nothing_test"}
     with_flagged = Tau2TrainEnvConfig(domain=domain, domain_modules=[module], train_on_flagged=True)
-    assert {r["task_id"] for r in tau2_dataset.train_rows(with_flagged, seed=1)} >= left
+    assert {r["task_id"] for r in tau2_dataset.train_rows(with_flagged, seed=1)} >= left - {"nothing_test"}
 
 
 def test_an_own_domain_is_checked_once_then_read_from_the_cache(planted, tmp_path, monkeypatch):
@@ -168,7 +179,8 @@ def test_an_own_domain_is_checked_once_then_read_from_the_cache(planted, tmp_pat
     cache = tmp_path / "cache"
     first = task_check.flagged_task_ids(domain, cache)
     monkeypatch.setattr(task_check, "check_domain_tasks", lambda *_: pytest.fail("checked again"))
-    assert task_check.flagged_task_ids(domain, cache) == first == {"nothing", "partial", "failing"}
+    assert task_check.flagged_task_ids(domain, cache) == first == {"nothing", "partial", "failing",
+                                                                    "nothing_test"}
     assert len(list(cache.iterdir())) == 1
 
 
@@ -184,3 +196,12 @@ def test_the_built_in_table_is_what_training_reads():
     train = [r["task_id"] for r in tau2_dataset.train_rows(econfig, seed=1)]
     assert not set(train) & airline
     assert len(train) == len(set(tau2_domain.task_ids("airline", "train")) - airline)
+
+
+def test_an_unknown_domain_or_split_is_refused_before_anything_is_checked(tmp_path):
+    run = _check_tasks(tmp_path, "--domains", "nosuch", "--output-dir", str(tmp_path / "out"))
+    assert run.returncode == 2 and "check-tasks: unknown tau2 domain 'nosuch'" in run.stderr, run.stderr
+    out = str(tmp_path / "out")
+    run = _check_tasks(tmp_path, "--domains", "mock", "--split", "train", "--output-dir", out)
+    assert run.returncode == 2 and "has no split 'train'; available: all" in run.stderr, run.stderr
+    assert not (tmp_path / "out").exists()

