@@ -11,8 +11,14 @@ bash "$repo/scripts/install_all.sh"  # .venv and .venv-vllm (the CPU smoke test'
 cd "$repo"
 # The SLURM tests' daemons (Debian's slurm-wlm and munge): installed once here, as root; for another user
 # those tests are skipped and say why.
+# The trajectory browser's tests drive Debian's `chromium` (tests/eval/test_view.py): installed once here, as
+# root, when missing; for another user those tests are skipped and say why.
 if [[ "$(id -u)" == 0 ]]; then
   .venv/bin/python -m examples.tau2.slurm.local_cluster install
+  if [[ ! -x /usr/bin/chromium ]]; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null \
+      || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+  fi
 fi
 .venv/bin/ruff check examples tests bench
 .venv/bin/lint-imports  # the layering: pyproject.toml's [tool.importlinter]

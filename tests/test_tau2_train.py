@@ -310,7 +310,7 @@ def test_script_usage_and_refusals(tmp_path):
     bogus = run_script("bogus")  # one line that names the commands, not a usage text that scrolls it away
     assert bogus.returncode == 2 and bogus.stderr.splitlines() == [
         "tau2_rl.sh: unknown command 'bogus' (the commands: smoke, learn, local, slurm, slurm-local, "
-        "dry-run, user-server, eval, compare, parity; 'tau2_rl.sh help' explains them)"]
+        "dry-run, user-server, check-tasks, eval, compare, view, parity; 'tau2_rl.sh help' explains them)"]
     nothing = run_script()  # no command is a mistake too
     assert nothing.returncode == 2 and "usage: examples/tau2/tau2_rl.sh COMMAND" in nothing.stderr
     # TAU2_IMAGE becomes the workers' image (without it the config's container settings hold); a SLURM

@@ -369,6 +369,7 @@ def _score_episode(episode: _Episode, cfg: Tau2EnvConfig, simulation: Simulation
         eval_note = f"tau2's evaluator raised {type(e).__name__}: {e}; scored 0"
         logger.warning("tau2 %s/%s: %s", ref.domain, ref.task_id, eval_note)
         reward_info = RewardInfo(reward=0.0, info={"note": eval_note})
+    grade = _grade(episode, cfg, simulation, reward_info) if cfg.dump_dir else {}
     eval_s = time.perf_counter() - episode.start - run_s
     breakdown = {str(getattr(k, "value", k)): float(v)
                  for k, v in (reward_info.reward_breakdown or {}).items()}
@@ -403,7 +404,24 @@ def _score_episode(episode: _Episode, cfg: Tau2EnvConfig, simulation: Simulation
             mode="json", exclude={"messages"}),
         note="; ".join(n for n in (ended.detail if ended else "", eval_note) if n),
         agent_view=agent_view(episode.orchestrator.agent, simulation.messages),
+        grade=grade,
     )
+
+
+def _grade(episode: _Episode, cfg: Tau2EnvConfig, simulation: SimulationRun,
+           reward_info: RewardInfo) -> dict[str, Any]:
+    """For the episode's dump: its grade in words, and where its database check failed, the difference (it
+    replays the episode and the ground truth once more, so only dumped episodes pay for it)."""
+    from examples.tau2.episode.grade import db_difference, failed_checks
+
+    grade: dict[str, Any] = {"failed": failed_checks(reward_info.model_dump(mode="json"))}
+    if reward_info.db_check is not None and not reward_info.db_check.db_match:
+        try:
+            grade["db_diff"] = db_difference(episode.ref.domain, episode.task, simulation.messages,
+                                             cfg.solo_mode)
+        except Exception as e:  # the record of a grade, never a reason to lose the episode
+            grade["db_diff_error"] = f"{type(e).__name__}: {e}"
+    return grade
 
 
 def agent_view(agent: LLMAgent | LLMSoloAgent, messages: list[Message]) -> dict[str, Any]:

@@ -36,15 +36,24 @@ commands:
                                   squeue and sinfo in your shell, run the 'export SLURM_CONF=...' that up prints
   dry-run [OVERRIDES...]          resolve and check the whole run, print the plan; starts nothing
   user-server start|stop|status   self-hosted SGLang user simulator on TAU2_USER_GPUS (start waits for health)
+  check-tasks --output-dir DIR [--domains NAME..] [--domain-modules MOD..] [--split S] [--tau2 SOURCE]
+                                  which tasks a reward can be trusted on, no LLM: the ground truth must score 1.0
+                                  (else exit 1, naming the task), tasks a do-nothing or half-done agent passes
+                                  are flagged (training leaves them out: econfig.train_on_flagged), and static
+                                  defects; writes check_tasks.json and check_tasks.md (docs/own_domain.md)
   eval [ARGS...]                  python -m examples.tau2.eval.evaluate ARGS... (also writes tau2's own results
                                   files, <output-dir>/tau2_results/: tau2 view, evaluate-trajs, submit read them);
-                                  'eval --oracle --domain-modules MOD --domains NAME ...' checks a domain's tasks
-                                  (docs/own_domain.md)
+                                  'eval --oracle ...' plays each task's ground truth through the whole episode
   eval --leaderboard --policy-base-url URL --policy-model NAME --user-model NAME --user-base-url URL
        --judge-base-url URL --judge-model NAME --contact-email EMAIL --organization ORG --output-dir DIR
                                   the tau2-bench leaderboard's protocol (tau2 1.0.x, base split of airline, retail,
                                   telecom, 4 trials, tau2's own reward), then tau2 submit prepare + validate
   compare aggregate|compare ARGS  python -m examples.tau2.eval.compare ARGS... (mean ± sd over runs; A vs B with intervals)
+  view DIR... [--out SITE] [--episodes-per-step N]
+                                  a static site to browse episodes in (SITE/index.html, opens from disk): a
+                                  training run's dump folder, eval output folders, tau2 results files; per task
+                                  and run the success rate, each episode's conversation and grade, two side by
+                                  side (python -m examples.tau2.eval.view; docs/view.md)
   parity [ARGS...]                train/serve prompt parity on recorded tau2 conversations: AReaL's proxy vs
                                   SGLang's rendering and a live vLLM server (--vllm-url URL --tokenizer MODEL_DIR);
                                   'parity --help' lists the options and how to start a CPU vLLM server
@@ -479,10 +488,22 @@ cmd_eval() { # TAU2_CONFIG, if set, is the config whose econfig gives the episod
   TAU2_COMMAND="tau2_rl.sh eval" in_caller_dir "$py" -m examples.tau2.eval.evaluate "${config_args[@]}" "$@"
 }
 
+cmd_check_tasks() { # the task check (examples/tau2/eval/check_tasks.py)
+  local py
+  py="$(python_bin)"
+  in_caller_dir "$py" -m examples.tau2.eval.check_tasks "$@"
+}
+
 cmd_compare() { # aggregate eval dirs (mean ± sd over runs) or compare two (paired bootstrap intervals)
   local py
   py="$(python_bin)"
   in_caller_dir "$py" -m examples.tau2.eval.compare "$@"
+}
+
+cmd_view() { # a static trajectory browser over dumps, eval folders and tau2 results files (docs/view.md)
+  local py
+  py="$(python_bin)"
+  in_caller_dir "$py" -m examples.tau2.eval.view "$@"
 }
 
 cmd_parity() { # the prompt the trainer learns from vs the serving engine's own (examples/tau2/cpu/parity.py)
@@ -505,13 +526,15 @@ case "$command" in
   slurm-local) cmd_slurm_local "$@" ;;
   dry-run) cmd_dry_run "$@" ;;
   user-server) cmd_user_server "$@" ;;
+  check-tasks) cmd_check_tasks "$@" ;;
   eval) cmd_eval "$@" ;;
   compare) cmd_compare "$@" ;;
+  view) cmd_view "$@" ;;
   parity) cmd_parity "$@" ;;
   help | -h | --help) usage ;;
   *)
     echo "tau2_rl.sh: unknown command '$command' (the commands: smoke, learn, local, slurm, slurm-local," \
-      "dry-run, user-server, eval, compare, parity; 'tau2_rl.sh help' explains them)" >&2
+      "dry-run, user-server, check-tasks, eval, compare, view, parity; 'tau2_rl.sh help' explains them)" >&2
     exit 2
     ;;
 esac

@@ -44,6 +44,13 @@ def check_passing_run(summary: dict, root: Path) -> None:
     assert all(n > 0 for n in s["parity_requests"]) and not any(s["parity_differing"]), s
     assert s["episode_dumps"] > 0
     assert Path(s["paths"]["plot"]).is_file()
+    # the trajectory browser the run names builds over its real dumps, a column per step
+    from examples.tau2.eval.view import build_site
+
+    assert s["view_command"].startswith(f"bash examples/tau2/tau2_rl.sh view {s['paths']['dumps']} --out ")
+    per_step = int(s["view_command"].rsplit(" ", 1)[1])
+    counts = build_site([Path(s["paths"]["dumps"])], root / "view", per_step)
+    assert counts["episodes"] == s["episode_dumps"] and counts["columns"] >= s["steps"], counts
     leftover = [p.info for p in psutil.process_iter(["pid", "cmdline"])
                 if str(root) in " ".join(p.info["cmdline"] or [])]
     assert not leftover, leftover

@@ -362,6 +362,10 @@ def main(argv: list[str] | None = None) -> int:
         (args.out / "learn.md").write_text(text + "\n")
         print(text, flush=True)
     print(f"curves: {plot(args.out, results)}", flush=True)
+    evals = " ".join(p for r in results for p in (r.before.eval_dir, r.after.eval_dir))
+    if evals:
+        print(f"browse the evaluations' episodes: bash examples/tau2/tau2_rl.sh view {evals} "
+              f"--out {args.out / 'view'}", flush=True)
     failed = [r.seed for r in results if r.smoke_problems]
     if failed:
         seeds = ", ".join(map(str, failed))

@@ -105,6 +105,8 @@ class SmokeResult:
     paths: dict[str, str]
     problems: list[str] = field(default_factory=list)
     placement: list[str] = field(default_factory=list)
+    view_command: str = ""
+    """The command that builds the trajectory browser over the run's dumps (docs/view.md)."""
     """Under `scheduler.type=slurm`: which SLURM job ran which role on which node."""
 
     @property
@@ -277,6 +279,8 @@ def format_result(r: SmokeResult, tol: float) -> str:
                      "gradient was 0 and the weights (checked) stayed as they were; more episodes per group "
                      "(gconfig.n_samples) or steps make a mixed group likelier")
     lines.append(f"episode dumps: {r.episode_dumps}")
+    if r.view_command:
+        lines.append(f"browse them: {r.view_command}")
     lines += [f"slurm: {line}" for line in r.placement]
     lines.append("timings: " + ", ".join(f"{k} {v:.0f} s" for k, v in r.timings_s.items()))
     for name, p in r.paths.items():
@@ -361,7 +365,11 @@ def run(config_file: Path, overrides: list[str], config: Tau2SmokeConfig) -> Smo
     if stats:
         plot_curves(stats, log_dir / PLOT_FILE, config.smoke.logprob_ratio_tolerance,
                     str(config.econfig.domain))
-    result = dataclasses.replace(evaluate_run(config, stats, model_dir, timings, paths), placement=placement)
+    per_step = config.train_dataset.batch_size * config.gconfig.n_samples
+    view = (f"bash examples/tau2/tau2_rl.sh view {config.econfig.dump_dir} --out {log_dir / 'view'} "
+            f"--episodes-per-step {per_step}") if config.econfig.dump_dir else ""
+    result = dataclasses.replace(evaluate_run(config, stats, model_dir, timings, paths), placement=placement,
+                                 view_command=view)
     (log_dir / SUMMARY_FILE).write_text(json.dumps(dataclasses.asdict(result), indent=2))
     return result
 

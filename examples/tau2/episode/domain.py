@@ -32,7 +32,6 @@ from tau2.evaluator.evaluator import EvaluationType, evaluate_simulation
 from tau2.registry import registry
 
 from examples.tau2.compat import tau2_cache, tau2_judge
-from examples.tau2.runtime.files import fingerprint
 
 logger = logging.getLogger("tau2_areal.domain")
 
@@ -433,30 +432,3 @@ def _evaluate(simulation: SimulationRun, task: Task, domain: str, solo_mode: boo
         logger.info("tau2 domain %s is graded by stock tau2 (the evaluator cache mirrors only %s): %.3f s "
                     "for its first episode", domain, ", ".join(BUILTIN_DOMAINS), time.perf_counter() - start)
     return reward
-
-
-def domain_fingerprint(domain: str) -> dict[str, str]:
-    """Hashes of the domain as a fresh episode meets it: its policy, databases and tools, and the code of
-    the module that registers it ('' for a built-in domain, which the τ² release in the settings pins)."""
-    env = make_environment(domain)
-    toolset = tools(domain)
-    return {
-        "policy": fingerprint(env.get_policy()),
-        "db": env.get_db_hash() or "",
-        "user_db": env.get_user_db_hash() or "",
-        "tools": fingerprint([toolset.agent_schemas, toolset.user_schemas]),
-        "code": module_code_digest(domain),
-    }
-
-
-def module_code_digest(domain: str) -> str:
-    """Hash of the Python files of the module that registered `domain`: the file itself, or every `.py`
-    file of its package (data files count through what τ² builds from them, so editing one task's JSON
-    changes that task's key only). '' for a domain no loaded module registered."""
-    owner = next((m.name for m in loaded_modules() if domain in m.domains), None)
-    file = getattr(sys.modules.get(owner or ""), "__file__", None)
-    if not file:
-        return ""
-    path = Path(file).resolve()
-    files = sorted(path.parent.rglob("*.py")) if path.name == "__init__.py" else [path]
-    return fingerprint({str(f.relative_to(path.parent)): fingerprint(f.read_bytes().hex()) for f in files})

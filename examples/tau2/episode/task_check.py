@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from examples.tau2.episode.grade import failed_checks
 from examples.tau2.runtime.files import fingerprint, write_atomic
 
 SUCCESS_THRESHOLD = 1.0 - 1e-6
@@ -270,42 +272,10 @@ def _passed(reward: float) -> bool:
     return reward >= SUCCESS_THRESHOLD
 
 
-def failed_checks(reward_info: Mapping[str, Any]) -> list[str]:
-    """The criteria of the task's reward basis that τ²'s `RewardInfo` (as JSON) records as failed, one
-    phrase each; the evaluator's note when none is (an episode ended early, an evaluator error)."""
-    basis = set(reward_info.get("reward_basis") or [])
-    found = []
-    if "DB" in basis and (reward_info.get("db_check") or {}).get("db_match") is False:
-        found.append("DB: db_match false (the end state differs from the ground truth's)")
-    if "ENV_ASSERTION" in basis:
-        found += [f"ENV_ASSERTION: {_call(c['env_assertion'], 'func_name')} is not "
-                  f"{c['env_assertion'].get('assert_value', True)}"
-                  for c in reward_info.get("env_assertions") or [] if not c.get("met")]
-    if "ACTION" in basis:
-        found += [f"ACTION: {_call(c['action'], 'name')} missing"
-                  for c in reward_info.get("action_checks") or [] if not c.get("action_match")]
-    if "COMMUNICATE" in basis:
-        found += [f"COMMUNICATE: communicate_info {c['info']!r} not found in an agent message"
-                  + (" (τ² drops commas from the messages before it looks: write it without one)"
-                     if "," in c["info"] else "")
-                  for c in reward_info.get("communicate_checks") or [] if not c.get("met")]
-    if "NL_ASSERTION" in basis:
-        found += [f"NL_ASSERTION: {c['nl_assertion']!r} not met"
-                  for c in reward_info.get("nl_assertions") or [] if not c.get("met")]
-    note = (reward_info.get("info") or {}).get("note")
-    return found or ([str(note)] if note else [])
-
-
-def _call(spec: Mapping[str, Any], name_key: str) -> str:
-    args = ", ".join(f"{k}={v!r}" for k, v in (spec.get("arguments") or {}).items())
-    return f"{spec.get(name_key)}({args})"
-
-
-
 def flagged_task_ids(domain: str, cache_dir: Path | None = None) -> frozenset[str]:
     """The tasks of `domain` that pay for nothing or for a partial job, under the installed τ² release:
     from the committed table for a built-in domain, else checked once and cached on disk, keyed by the
-    domain's code and data (`episode.domain.domain_fingerprint`) and every task."""
+    domain's code and data (`domain_fingerprint`) and every task."""
     from examples.tau2.compat.tau2_release import installed_release
     from examples.tau2.episode import domain as tau2_domain
 
@@ -317,7 +287,7 @@ def flagged_task_ids(domain: str, cache_dir: Path | None = None) -> frozenset[st
             return frozenset(t for flag in skip for t in known.get(flag, []))
     tasks = {t: tau2_domain.get_task(domain, t).model_dump(mode="json")
              for ids in tau2_domain.splits(domain).values() for t in ids}
-    key = fingerprint({"release": release, "domain": tau2_domain.domain_fingerprint(domain), "tasks": tasks})
+    key = fingerprint({"release": release, "domain": domain_fingerprint(domain), "tasks": tasks})
     root = cache_dir or Path.home() / ".cache" / "tau2-areal" / "check-tasks"
     path = root / f"{domain}-{key[:16]}.json"
     if path.is_file():
@@ -327,3 +297,34 @@ def flagged_task_ids(domain: str, cache_dir: Path | None = None) -> frozenset[st
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(path, json.dumps(flags, sort_keys=True))
     return frozenset(t for t, f in flags.items() if skip & set(f))
+
+
+def domain_fingerprint(domain: str) -> dict[str, str]:
+    """Hashes of the domain as a fresh episode meets it: its policy, databases and tools, and the code of
+    the module that registers it ('' for a built-in domain, which the τ² release in the settings pins)."""
+    from examples.tau2.episode import domain as tau2_domain
+
+    env = tau2_domain.make_environment(domain)
+    toolset = tau2_domain.tools(domain)
+    return {
+        "policy": fingerprint(env.get_policy()),
+        "db": env.get_db_hash() or "",
+        "user_db": env.get_user_db_hash() or "",
+        "tools": fingerprint([toolset.agent_schemas, toolset.user_schemas]),
+        "code": module_code_digest(domain),
+    }
+
+
+def module_code_digest(domain: str) -> str:
+    """Hash of the Python files of the module that registered `domain`: the file itself, or every `.py`
+    file of its package (data files count through what τ² builds from them, so editing one task's JSON
+    changes that task's key only). '' for a domain no loaded module registered."""
+    from examples.tau2.episode import domain as tau2_domain
+
+    owner = next((m.name for m in tau2_domain.loaded_modules() if domain in m.domains), None)
+    file = getattr(sys.modules.get(owner or ""), "__file__", None)
+    if not file:
+        return ""
+    path = Path(file).resolve()
+    files = sorted(path.parent.rglob("*.py")) if path.name == "__init__.py" else [path]
+    return fingerprint({str(f.relative_to(path.parent)): fingerprint(f.read_bytes().hex()) for f in files})

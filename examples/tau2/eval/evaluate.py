@@ -49,7 +49,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from examples.tau2.compat import regraded
 from examples.tau2.compat.tau2_release import ignored_data_dir
-from examples.tau2.episode.task_check import failed_checks
+from examples.tau2.episode.grade import failed_checks
 from examples.tau2.eval import leaderboard, tau2_results
 from examples.tau2.eval.inputs import task_keys
 from examples.tau2.eval.metrics import (

@@ -19,12 +19,13 @@ def task_keys(tasks: dict[str, list[str]], settings: dict[str, Any]) -> dict[str
     """domain -> task id -> the key of what that task's trials depend on. `settings`: the run's
     (`EvalPlan.settings()`); its task list is left out, so that one task's key ignores the others."""
     from examples.tau2.episode import domain as tau2_domain
+    from examples.tau2.episode.task_check import domain_fingerprint
 
     shared = {k: v for k, v in settings.items() if k not in ("domains", "tasks")}
     keys: dict[str, dict[str, str]] = {}
     for domain, ids in tasks.items():
         base = fingerprint({"settings": shared, "domain": domain,
-                            "built": tau2_domain.domain_fingerprint(domain)})
+                            "built": domain_fingerprint(domain)})
         keys[domain] = {t: fingerprint([base, tau2_domain.get_task(domain, t).model_dump(mode="json")])
                         for t in ids}
     return keys
