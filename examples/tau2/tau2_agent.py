@@ -412,9 +412,10 @@ def _grade(episode: _Episode, cfg: Tau2EnvConfig, simulation: SimulationRun,
            reward_info: RewardInfo) -> dict[str, Any]:
     """For the episode's dump: its grade in words, and where its database check failed, the difference (it
     replays the episode and the ground truth once more, so only dumped episodes pay for it)."""
-    from examples.tau2.episode.grade import db_difference, failed_checks
+    from examples.tau2.episode.grade import db_difference, failed_checks, where_met
 
-    grade: dict[str, Any] = {"failed": failed_checks(reward_info.model_dump(mode="json"))}
+    grade: dict[str, Any] = {"failed": failed_checks(reward_info.model_dump(mode="json")),
+                             **where_met(episode.task, simulation.messages)}
     if reward_info.db_check is not None and not reward_info.db_check.db_match:
         try:
             grade["db_diff"] = db_difference(episode.ref.domain, episode.task, simulation.messages,

@@ -334,6 +334,7 @@ class EpisodeResult:
     `messages` above), as JSON: what `eval.tau2_results` rebuilds tau2's results files from."""
     grade: dict[str, Any] = field(default_factory=dict)
     """For a dumped episode, τ²'s verdict in words (`episode/grade.py`): `failed`, the criteria it failed;
+    `actions` and `communicate`, the turn that met each ground-truth action and fact (None: missing);
     where the database check failed, `db_diff`, the rows and fields that differ from the ground truth's
     database (`db_diff_error` if that could not be worked out). Empty without `dump_dir`."""
     agent_view: dict[str, Any] = field(default_factory=dict)

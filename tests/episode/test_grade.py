@@ -65,3 +65,17 @@ def test_a_large_difference_is_cut_and_counted(library, monkeypatch):
     assert len(diff["rows"]) == 1 and diff["more"] == 1
     long = grade._short("x" * 500)
     assert long.startswith("x" * 200) and long.endswith("... (500 chars)")
+
+
+def test_each_action_and_fact_is_placed_at_the_turn_that_met_it(library):
+    """Task 2 looks member ben.okafor up and must say 6.25 (his fines); an agent that said nothing
+    leaves the fact missing, and the ground truth's messages meet both."""
+    task = tau2_domain.get_task(library, "2")
+    oracle = task_check._replay(library, task, task_check._gold_calls(task)).messages
+    said = [*oracle, task_check._say("You owe 6.25 in fines.")]
+    for i, m in enumerate(said):
+        m.turn_idx = i
+    met = grade.where_met(task, said)
+    assert met == {"actions": [{"action_id": "2_0", "name": "get_member", "turn": 2}],
+                   "communicate": [{"info": "6.25", "turn": len(said) - 1}]}
+    assert grade.where_met(task, oracle)["communicate"] == [{"info": "6.25", "turn": None}]

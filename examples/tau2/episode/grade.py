@@ -47,6 +47,28 @@ def _call(spec: Mapping[str, Any], name_key: str) -> str:
     return f"{spec.get(name_key)}({args})"
 
 
+def where_met(task: Any, messages: list[Any]) -> dict[str, list[dict[str, Any]]]:
+    """Where each ground-truth action and each `communicate_info` was met, by τ²'s own rules (the action
+    check's `compare_with_tool_call`, the communicate check's text match): the turn of the first tool call
+    or agent message that meets it, None where none does."""
+    from tau2.evaluator.evaluator_communicate import CommunicateEvaluator
+
+    def turn(i: int) -> int:
+        t = getattr(messages[i], "turn_idx", None)
+        return i if t is None else t
+
+    criteria = task.evaluation_criteria
+    calls = [(i, c) for i, m in enumerate(messages) for c in getattr(m, "tool_calls", None) or []]
+    actions = [{"action_id": a.action_id, "name": a.name,
+                "turn": next((turn(i) for i, c in calls if a.compare_with_tool_call(c)), None)}
+               for a in (criteria.actions or [] if criteria else [])]
+    said = [{"info": str(info), "turn": next(
+        (turn(i) for i, m in enumerate(messages)
+         if CommunicateEvaluator.evaluate_communicate_info([m], [str(info)])[0].met), None)}
+        for info in (criteria.communicate_info or [] if criteria else [])]
+    return {"actions": actions, "communicate": said}
+
+
 def db_difference(domain: str, task: Any, messages: list[Any], solo_mode: bool = False) -> dict[str, Any]:
     """How the database an episode's tool calls leave (τ²'s replay of `messages`) differs from the one the
     task's ground truth leaves: `{"rows": [{"db", "table", "key", "field", "got", "expected"}], "more": n}`,

@@ -87,8 +87,9 @@ class Episode:
     note: str = ""
     reward_info: dict[str, Any] | None = None
     failed: list[str] = field(default_factory=list)
-    db_diff: dict[str, Any] | None = None
-    """The rows and fields its database got wrong (the dump's `grade.db_diff`, `episode/grade.py`)."""
+    grade: dict[str, Any] | None = None
+    """The dump's `grade` (`episode/grade.py`): the turn that met each action and fact, the database
+    difference."""
     stats: dict[str, float] = field(default_factory=dict)
     order: str = ""
     """Sorts a dump folder's episodes by when they ended (`--episodes-per-step`)."""
@@ -110,7 +111,7 @@ class Episode:
             "outcome": self.outcome.value, "termination": self.termination, "tau2_reward": self.tau2_reward,
             "reward": self.reward, "rejection": self.rejection, "rejection_detail": self.rejection_detail,
             "note": self.note, "failed": self.failed, "reward_info": self.reward_info, "stats": self.stats,
-            "db_diff": self.db_diff,
+            "grade": self.grade,
             "messages": self.messages, "path": self.path,
             "raw": {k: {f: v for f, v in rec.items() if f != "messages"} for k, rec in self.raw.items()},
         }
@@ -149,7 +150,7 @@ def episode_from_dump(dump: dict[str, Any], path: Path) -> Episode:
         reward_info=info, step=dump.get("step") if isinstance(dump.get("step"), int) else None,
         order=str(run.get("end_time") or path.name),
         stats={k: dump[k] for k in STAT_FIELDS if isinstance(dump.get(k), int | float)},
-        db_diff=(dump.get("grade") or {}).get("db_diff"),
+        grade=dump.get("grade") or None,
     )
     if ep.outcome is not Outcome.SUCCESS and info:
         ep.failed = failed_checks(info)

@@ -304,8 +304,8 @@
 
   function checkList(title, items, ok, label) {
     if (!items || !items.length) return "";
-    return `<h3>${esc(title)}</h3><ul class="checks">${items.map((c) =>
-      `<li class="${ok(c) ? "met" : "unmet"}">${ok(c) ? "✓" : "✗"} ${esc(label(c))}</li>`).join("")}</ul>`;
+    return `<h3>${esc(title)}</h3><ul class="checks">${items.map((c, i) =>
+      `<li class="${ok(c) ? "met" : "unmet"}">${ok(c) ? "✓" : "✗"} ${esc(label(c, i))}</li>`).join("")}</ul>`;
   }
 
   function call(a) {
@@ -332,7 +332,8 @@
         `${ri.db_check.db_match ? "✓ end state matches the ground truth's" : "✗ end state differs from the ground truth's"}` +
         ` (db_reward ${fmt(ri.db_check.db_reward, 1)})</p>`);
     }
-    const diff = ep.db_diff;
+    const g = ep.grade || {};
+    const diff = g.db_diff;
     if (diff && diff.rows && diff.rows.length) {
       parts.push(`<table class="dbdiff"><tr><th>table</th><th>key</th><th>field</th><th>got</th><th>expected</th></tr>` +
         diff.rows.map((r) => `<tr><td>${esc(r.db === "user" ? "user " + r.table : r.table)}</td><td>${esc(r.key ?? "")}</td>` +
@@ -340,8 +341,11 @@
           `<td class="expected">${esc(JSON.stringify(r.expected))}</td></tr>`).join("") +
         `</table>` + (diff.more ? `<p class="note">… and ${esc(diff.more)} more differences</p>` : ""));
     }
-    parts.push(checkList("actions", ri.action_checks, (c) => c.action_match, (c) => call(c.action)));
-    parts.push(checkList("communicate", ri.communicate_checks, (c) => c.met, (c) => c.info));
+    const at = (list, i) => (list && list[i] && list[i].turn !== null && list[i].turn !== undefined
+      ? ` (turn ${list[i].turn})` : "");
+    parts.push(checkList("actions", ri.action_checks, (c) => c.action_match,
+      (c, i) => call(c.action) + at(g.actions, i)));
+    parts.push(checkList("communicate", ri.communicate_checks, (c) => c.met, (c, i) => c.info + at(g.communicate, i)));
     parts.push(checkList("environment assertions", ri.env_assertions, (c) => c.met, (c) => call(c.env_assertion)));
     parts.push(checkList("NL assertions", ri.nl_assertions, (c) => c.met, (c) => c.nl_assertion));
     const stats = Object.entries(ep.stats || {});
