@@ -1,6 +1,7 @@
 """The trajectory browser (eval.view) in a real browser: Debian's `chromium`, driven by Playwright, opens the
-site from file://, on a real evaluation against the scripted endpoint (`route:` policies decide which
-trials pass, fail or are rejected), its episode dumps read as a training run's, and τ²'s own results file.
+site from file:// (and once over HTTP), on a real evaluation against the scripted endpoint (`route:`
+policies decide which trials pass, fail or are rejected), its episode dumps read as a training run's, and
+τ²'s own results file.
 
 scripts/test.sh installs `chromium` as root. Without it the tests fail when CI=true, else skip and say so.
 With TAU2_VIEW_SCREENSHOTS=DIR they also leave the three pages' screenshots there (docs/view.md's).
@@ -271,3 +272,48 @@ def test_the_command_refuses_a_folder_it_did_not_write_and_rewrites_its_own(eval
     assert len(list((ours / "data").glob("ep-*.js"))) == 6
     assert main([str(tmp_path / "missing"), "--out", str(tmp_path / "x")]) == 2
     shutil.rmtree(ours)
+
+
+@pytest.mark.slow
+def test_the_site_served_over_http_works_as_from_disk(browser, site):
+    """The same site from a plain static HTTP server on 127.0.0.1 (`python -m http.server`): the overview
+    and an episode draw, and every request stays on that server."""
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1",
+                               "--directory", str(site)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline and server.poll() is None, "the HTTP server did not start"
+                time.sleep(0.1)
+        context = browser.new_context()
+        page = context.new_page()
+        foreign: list[str] = []
+        errors: list[str] = []
+        page.on("request", lambda r: None if r.url.startswith(f"http://127.0.0.1:{port}/") else
+                foreign.append(r.url))
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(f"http://127.0.0.1:{port}/index.html")
+        page.wait_for_selector("#overview tbody tr")
+        assert rows(page) == [f"mock/{t}" for t in TASKS]
+        go(page, "#/task/2", "task")
+        page.locator("tr.ep", has_text="failure").filter(has_text="eval-a").locator("a").click()
+        page.wait_for_selector(".timeline .msg")
+        assert "DB: db_match false" in page.inner_text(".grade ul.failed")
+        context.close()
+        assert foreign == [] and errors == []
+    finally:
+        server.kill()
+        server.wait()
