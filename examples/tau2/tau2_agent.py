@@ -410,8 +410,7 @@ def _score_episode(episode: _Episode, cfg: Tau2EnvConfig, simulation: Simulation
 
 def _grade(episode: _Episode, cfg: Tau2EnvConfig, simulation: SimulationRun,
            reward_info: RewardInfo) -> dict[str, Any]:
-    """For the episode's dump: its grade in words, and where its database check failed, the difference (it
-    replays the episode and the ground truth once more, so only dumped episodes pay for it)."""
+    """For the dump: the grade in words and a failed database check's difference (one more replay)."""
     from examples.tau2.episode.grade import db_difference, failed_checks, where_met
 
     grade: dict[str, Any] = {"failed": failed_checks(reward_info.model_dump(mode="json")),

@@ -333,10 +333,9 @@ class EpisodeResult:
     """tau2's own `SimulationRun` of the episode, its `reward_info` set and its `messages` left out (they are
     `messages` above), as JSON: what `eval.tau2_results` rebuilds tau2's results files from."""
     grade: dict[str, Any] = field(default_factory=dict)
-    """For a dumped episode, τ²'s verdict in words (`episode/grade.py`): `failed`, the criteria it failed;
-    `actions` and `communicate`, the turn that met each ground-truth action and fact (None: missing);
-    where the database check failed, `db_diff`, the rows and fields that differ from the ground truth's
-    database (`db_diff_error` if that could not be worked out). Empty without `dump_dir`."""
+    """For a dumped episode, τ²'s verdict in words (`episode/grade.py`): `failed` criteria, the turn that met
+    each gold action and fact (`actions`, `communicate`), and where the database check failed the rows and
+    fields that differ from the gold database (`db_diff`, or `db_diff_error`). Empty without `dump_dir`."""
     agent_view: dict[str, Any] = field(default_factory=dict)
     """What the policy saw besides `messages` (`tau2_agent.agent_view`): fingerprints of its system
     prompt and tool schemas, the tool names, and which messages it generated. SFT export

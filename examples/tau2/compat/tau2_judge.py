@@ -19,6 +19,7 @@ a message with `.content`); `install()` checks that the module and the name exis
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import importlib
 import json
@@ -51,6 +52,18 @@ def needs_judge(task: Any) -> bool:
     if criteria is None or not getattr(criteria, "nl_assertions", None):
         return False
     return any(getattr(b, "value", b) == "NL_ASSERTION" for b in criteria.reward_basis or [])
+
+
+def uniform_verdicts(messages: list[dict[str, Any]], met: bool, reasoning: str) -> str:
+    """A judge with no LLM: verdict JSON, `met` for each outcome listed after `expectedOutcomes:`."""
+    prompt = next((m.get("content") or "" for m in reversed(messages) if m.get("role") == "user"), "")
+    _, _, listed = prompt.partition("expectedOutcomes:")
+    try:
+        outcomes = [str(o) for o in ast.literal_eval(listed.strip())]
+    except (ValueError, SyntaxError):
+        outcomes = ["(no expected outcomes found in the prompt)"]
+    return json.dumps({"results": [{"expectedOutcome": o, "reasoning": reasoning, "metExpectation": met}
+                                   for o in outcomes]})
 
 
 def check_verdict(text: str) -> None:

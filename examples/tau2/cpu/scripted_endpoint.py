@@ -54,7 +54,6 @@ http://127.0.0.1:8000/v1).
 from __future__ import annotations
 
 import argparse
-import ast
 import asyncio
 import base64
 import collections
@@ -74,6 +73,7 @@ from typing import Any
 import httpx
 from aiohttp import web
 
+from examples.tau2.compat import tau2_judge
 from examples.tau2.episode import domain as tau2_domain
 from examples.tau2.tau2_agent import EPISODE_HEADER, TASK_HEADER
 
@@ -249,16 +249,8 @@ ROUTE_PREFIX = "route:"
 
 
 def judge_reply(messages: list[dict], met: bool) -> str:
-    """Verdict JSON as tau2 1.0.x reads it, one verdict per outcome listed after `expectedOutcomes:`
-    in the judge prompt (the list as Python prints it)."""
-    prompt = next((m.get("content") or "" for m in reversed(messages) if m.get("role") == "user"), "")
-    _, _, listed = prompt.partition("expectedOutcomes:")
-    try:
-        outcomes = [str(o) for o in ast.literal_eval(listed.strip())]
-    except (ValueError, SyntaxError):
-        outcomes = ["(no expected outcomes found in the prompt)"]
-    verdicts = [{"expectedOutcome": o, "reasoning": "scripted", "metExpectation": met} for o in outcomes]
-    return json.dumps({"results": verdicts})
+    """The scripted judge's reply: every outcome the prompt lists, `met` or not."""
+    return tau2_judge.uniform_verdicts(messages, met, "scripted")
 
 
 def trial_policy(model: str, task: str, seed: int) -> str:

@@ -283,8 +283,7 @@ def make_environment(domain: str, solo_mode: bool = False) -> Environment:
 
 
 def state(domain: str, env: Environment) -> tuple[object, object]:
-    """What stands for the environment's agent and user databases: equal exactly when tau2's
-    `get_db_hash()` and `get_user_db_hash()` are (the evaluator cache compares only the rows touched)."""
+    """The agent and user databases' state: equal exactly when tau2's db hashes are (cache: rows touched)."""
     if _cached(domain):
         return tau2_cache.domain_cache(domain).digests(env)
     return env.get_db_hash(), env.get_user_db_hash()

@@ -15,6 +15,7 @@ The command that reports all this is `tau2_rl.sh check-tasks` (eval/check_tasks.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import sys
 from collections import defaultdict
@@ -213,17 +214,10 @@ def _grade(domain: str, task: Any, messages: list[Any]) -> tuple[float, list[str
 
 
 def _all_met(messages: list[dict[str, Any]], _args: dict[str, Any]) -> str:
-    """A judge that finds every expected outcome met (the outcomes tau2 lists in its prompt)."""
-    import ast
+    """A judge that finds every expected outcome met: there is no LLM here."""
+    from examples.tau2.compat.tau2_judge import uniform_verdicts
 
-    prompt = next((m.get("content") or "" for m in reversed(messages) if m.get("role") == "user"), "")
-    _, _, listed = prompt.partition("expectedOutcomes:")
-    try:
-        outcomes = [str(o) for o in ast.literal_eval(listed.strip())]
-    except (ValueError, SyntaxError):
-        outcomes = ["(none listed)"]
-    return json.dumps({"results": [{"expectedOutcome": o, "reasoning": "no judge: counted as met",
-                                    "metExpectation": True} for o in outcomes]})
+    return uniform_verdicts(messages, True, "no judge: counted as met")
 
 
 def _unmatchable(info: list[str]) -> bool:
@@ -272,6 +266,12 @@ def _passed(reward: float) -> bool:
     return reward >= SUCCESS_THRESHOLD
 
 
+@functools.cache
+def _table() -> dict[str, Any]:
+    """The committed table, read once per process (it changes only with a commit)."""
+    return json.loads(TABLE.read_text())
+
+
 def flagged_task_ids(domain: str, cache_dir: Path | None = None) -> frozenset[str]:
     """The tasks of `domain` that pay for nothing or for a partial job, under the installed τ² release:
     from the committed table for a built-in domain, else checked once and cached on disk, keyed by the
@@ -282,7 +282,7 @@ def flagged_task_ids(domain: str, cache_dir: Path | None = None) -> frozenset[st
     release = installed_release().label
     skip = {f.value for f in TRAINING_SKIPS}
     if tau2_domain.is_builtin(domain) and TABLE.is_file():
-        known = json.loads(TABLE.read_text()).get("releases", {}).get(release, {}).get(domain)
+        known = _table().get("releases", {}).get(release, {}).get(domain)
         if known is not None:
             return frozenset(t for flag in skip for t in known.get(flag, []))
     tasks = {t: tau2_domain.get_task(domain, t).model_dump(mode="json")

@@ -560,7 +560,8 @@ def flagged_in_split(plan: EvalPlan) -> dict[str, list[str]]:
     evaluated like the others, reported apart so that a gain is read on tasks that need work."""
     from examples.tau2.episode.task_check import flagged_task_ids
 
-    return {domain: [t for t in ids if t in flagged_task_ids(domain)] for domain, ids in plan.tasks.items()}
+    flagged = {domain: flagged_task_ids(domain) for domain in plan.tasks}  # once per domain, not per task
+    return {domain: [t for t in ids if t in flagged[domain]] for domain, ids in plan.tasks.items()}
 
 
 def unflagged_success(records: list[TrialRecord], paying: dict[str, list[str]]) -> dict[str, dict[str, Any]]:
