@@ -125,7 +125,7 @@ def test_disk_weight_update_reaches_the_running_server(tmp_path):
                      max_num_seqs=4,
                      worker_extension_cls="examples.tau2.cpu.vllm_cpu_worker.CpuReloadWorkerExtension")
     cmd = vllm_server_command(vLLMConfig.build_args(cfg, 1, 1, host="127.0.0.1", port=port))
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
+    env = {k: v for k, v in os.environ.items() if k != "VLLM_CPU_KVCACHE_SPACE"}  # the launcher's 128 MiB
     log = (tmp_path / "server.log").open("w")
     server = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
                               start_new_session=True)
@@ -173,10 +173,15 @@ def test_disk_weight_update_reaches_the_running_server(tmp_path):
         log.close()
 
 
-def test_vllm_is_asked_for_the_logprobs_of_the_sampled_distribution():
-    from examples.tau2.cpu.vllm_cpu_server import with_processed_logprobs
+def test_vllm_is_asked_for_the_sampled_distributions_logprobs_and_a_small_kv_cache():
+    from examples.tau2.cpu.vllm_cpu_server import with_cpu_defaults
 
     argv = ["launcher", "--model", "m", "--port", "1"]
-    assert with_processed_logprobs(argv) == [*argv, "--logprobs-mode", "processed_logprobs"]
+    cache = ["--kv-cache-memory-bytes", str(128 << 20)]
+    assert with_cpu_defaults(argv, {}) == [*argv, "--logprobs-mode", "processed_logprobs", *cache]
     for named in (["--logprobs-mode", "raw_logprobs"], ["--logprobs-mode=raw_logprobs"]):
-        assert with_processed_logprobs([*argv, *named]) == [*argv, *named]  # an explicit choice stays
+        assert with_cpu_defaults([*argv, *named], {}) == [*argv, *named, *cache]  # an explicit choice stays
+    for named in (["--kv-cache-memory-bytes", "1"], ["--kv-cache-memory-bytes=1"]):
+        assert with_cpu_defaults([*argv, *named], {}) == [*argv, *named, "--logprobs-mode", "processed_logprobs"]
+    assert with_cpu_defaults(argv, {"VLLM_CPU_KVCACHE_SPACE": "2"}) == [  # vLLM's own setting, in GiB
+        *argv, "--logprobs-mode", "processed_logprobs"]

@@ -15,12 +15,14 @@ adapts four things in its own process and then executes AReaL's module as `__mai
    not exist).
 3. `pause_generation(wait_for_inflight_requests=...)` became `pause_generation(mode=...)`; AReaL's
    routes call the old form, which `adapt_pause_generation` translates.
-4. A setting AReaL's vLLM config has no field for: `--logprobs-mode processed_logprobs` (unless the
-   command line names a mode). AReaL records the logprob vLLM returns for each sampled token as the
+4. Two settings AReaL's vLLM config has no field for (each unless the command line names it). First
+   `--logprobs-mode processed_logprobs`: AReaL records the logprob vLLM returns for each sampled token as the
 behaviour policy's and the trainer recomputes it at `actor.temperature`; vLLM's default returns the
 *raw* (temperature 1) logprobs, so at any other temperature the two disagree token by token (measured at
 0.7: per-token ratios 0.002..2.2, failing the smoke check). Processed logprobs are those of the
-distribution actually sampled.
+distribution actually sampled. Second `--kv-cache-memory-bytes` at `KV_CACHE_BYTES` (128 MiB), unless
+`VLLM_CPU_KVCACHE_SPACE` sets it in whole GiB: the tiny model's 131,072 tokens, 32 requests of 4,096 (the
+CPU server holds its cache resident: 1 GiB cost 0.9 GiB more memory per server, bench/RESULTS.md).
 
 Nothing is changed on import: only `main()` applies the adaptations. The pinned vLLM and AReaL
 versions are checked first, so another release fails with one clear sentence instead of a missing
@@ -30,9 +32,10 @@ route.
 from __future__ import annotations
 
 import importlib
+import os
 import runpy
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from examples.tau2.compat import UnsupportedVersion, require_areal
@@ -87,21 +90,29 @@ def adapt_pause_generation() -> None:
         AsyncLLM.pause_generation = _translate_pause(AsyncLLM.pause_generation)
 
 
-LOGPROBS_FLAG = "--logprobs-mode"
+KV_CACHE_BYTES = 128 << 20
 
 
-def with_processed_logprobs(argv: list[str]) -> list[str]:
-    """`argv` asking vLLM for the sampled distribution's logprobs, unless it names a mode already."""
-    if any(a == LOGPROBS_FLAG or a.startswith(LOGPROBS_FLAG + "=") for a in argv):
-        return list(argv)
-    return [*argv, LOGPROBS_FLAG, "processed_logprobs"]
+def _names(argv: list[str], flag: str) -> bool:
+    return any(a == flag or a.startswith(flag + "=") for a in argv)
+
+
+def with_cpu_defaults(argv: list[str], env: Mapping[str, str]) -> list[str]:
+    """`argv` asking vLLM for the sampled distribution's logprobs and a KV cache sized for the tiny model,
+    each unless `argv` (or, for the cache, `VLLM_CPU_KVCACHE_SPACE` in `env`) sets it already."""
+    argv = list(argv)
+    if not _names(argv, "--logprobs-mode"):
+        argv += ["--logprobs-mode", "processed_logprobs"]
+    if not _names(argv, "--kv-cache-memory-bytes") and not env.get("VLLM_CPU_KVCACHE_SPACE"):
+        argv += ["--kv-cache-memory-bytes", str(KV_CACHE_BYTES)]
+    return argv
 
 
 def main() -> None:
     check_versions()
     alias_moved_modules()
     adapt_pause_generation()
-    sys.argv = with_processed_logprobs(sys.argv)
+    sys.argv = with_cpu_defaults(sys.argv, os.environ)
     # argv is passed through untouched: AReaL's module parses vLLM's own server flags. sys.modules
     # keeps this launcher as `__main__`, so vLLM's spawned engine processes re-import the launcher
     # (which does nothing on import), not AReaL's module (which would fail there, unadapted).
