@@ -37,12 +37,12 @@ def _cpu_s() -> float:
 def _tasks(domain: str, n: int) -> list[str]:
     """The first `n` test tasks; for retail, the first `n` that tau2 1.0.1 judges with an LLM (read from
     the committed cross-grading table, so both releases play the same ids)."""
-    from examples.tau2.compat import regraded
     from examples.tau2.episode import domain as tau2_domain
+    from examples.tau2.settings import dataset as tau2_dataset
 
     ids = tau2_domain.task_ids(domain, "test")
     if domain == "retail":
-        judged = set(regraded.load()["domains"]["retail"]["judged_by_llm"])
+        judged = set(tau2_dataset.regraded_table()["domains"]["retail"]["judged_by_llm"])
         ids = [t for t in ids if t in judged]
     return ids[:n]
 

@@ -3,7 +3,7 @@ build, how big it is, and how long headless Chromium takes to open its index and
 
     python bench/bench_view.py [--episodes 10000] [--tasks 250] [--steps 10] [--keep DIR]   (Markdown)
 
-The episodes are synthetic dumps in the format of `episode/dump.py` (τ²'s reward info included): tasks of
+The episodes are synthetic dumps in the format of `episode/record.py` (τ²'s reward info included): tasks of
 airline, retail and telecom, `--episodes / --steps` per training step in the order they ended, each a
 customer-service conversation of 8 turns with 3 tool calls and their results. The site is built from that
 folder as `tau2_rl.sh view` builds it (`--episodes-per-step`), then opened from file:// in Debian's
@@ -107,7 +107,7 @@ def conversation(rng: random.Random, start: datetime.datetime) -> list[dict[str,
 
 
 def write_dumps(folder: Path, episodes: int, task_ids: list[tuple[str, str]], seed: int = 0) -> None:
-    """Synthetic episode dumps, as `episode/dump.py` writes them, one task after the other per step."""
+    """Synthetic episode dumps, as `episode/record.py` writes them, one task after the other per step."""
     rng = random.Random(seed)
     start = datetime.datetime(2026, 1, 1)
     for i in range(episodes):

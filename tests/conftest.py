@@ -29,7 +29,7 @@ from xdist.scheduler import LoadGroupScheduling
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 # Each pytest process (every xdist worker: not inherited from the controller) keeps its own record of the
-# training runs alive (lifecycle/live_runs.py), which the runs it starts inherit: the suite's groups of
+# training runs alive (lifecycle/reaper.py), which the runs it starts inherit: the suite's groups of
 # AReaL runs use different seeds, and a pre-flight check on another worker must not see them.
 LIVE_RUNS_DIR = tempfile.mkdtemp(prefix="tau2-live-runs-")
 os.environ["TAU2_LIVE_RUNS_DIR"] = LIVE_RUNS_DIR
@@ -52,7 +52,9 @@ AREAL_PROCESS_GROUPS = {
     "tests/cpu/test_smoke_faults.py": "areal-processes",     # whole smoke runs: trainer, proxy servers, vLLM
     "tests/test_tau2_train.py": "areal-processes",           # the training entry's workers
     "tests/test_proxy_integration.py": "areal-processes",    # AReaL's proxy rollout servers
-    "tests/lifecycle/test_recover.py": "areal-processes",     # a trainer whose server dies, the reaper
+    "tests/lifecycle/test_recover.py": "areal-processes",     # a trainer whose server dies
+    ("tests/lifecycle/test_reaper.py::"
+     "test_the_reaper_stops_the_workers_of_a_killed_controller"): "areal-processes",  # a killed controller
     "tests/sft/test_train.py": "areal-processes",            # AReaL's SFT trainer under torchrun
     "tests/slurm/test_smoke_on_slurm.py": "areal-slurm",     # the requeue run through SLURM, its own seed
     # the smoke run on domains of other sizes: seed 9 (tests/cpu/test_smoke_shapes.py), beside the others

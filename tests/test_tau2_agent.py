@@ -13,10 +13,9 @@ import pytest
 
 from examples.tau2 import tau2_agent
 from examples.tau2.episode import domain as tau2_domain
-from examples.tau2.episode import dump as episode_dump
-from examples.tau2.episode.group import score_group
+from examples.tau2.episode import record as episode_record
 from examples.tau2.tau2_agent import Tau2AgentWorkflow
-from examples.tau2.tau2_utils import EpisodeRejected, EpisodeResult, RejectReason, Termination
+from examples.tau2.tau2_utils import EpisodeRejected, EpisodeResult, RejectReason, Termination, score_group
 from tests.conftest import make_workflow, run_one
 
 TELECOM_TASK = "[mobile_data_issue]user_abroad_roaming_enabled_off[PERSONA:None]"
@@ -510,22 +509,6 @@ def test_tau2_log_level_knob_routes_tau2_logs(endpoint, capfd):
     assert "tau2-debug-line" in err and "tau2-hidden-line" not in err
 
 
-def test_subprocess_mode_reads_endpoint_from_environment(endpoint, monkeypatch):
-    monkeypatch.setenv("OPENAI_BASE_URL", endpoint.url)
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-from-env")
-    wf = make_workflow(endpoint, "oracle")
-
-    async def go():
-        try:
-            return await wf.run({"domain": "airline", "task_id": "7"})
-        finally:
-            await wf.aclose()
-
-    assert asyncio.run(go()) == 1.0
-    policy = [r for r in endpoint.endpoint.recent if r.model == "oracle"][-1]
-    assert policy.headers["Authorization"] == "Bearer sk-from-env"
-
-
 def test_evaluator_error_from_domain_state_is_scored_zero_with_reason(endpoint):
     # The task's env assertion looks up a task the policy never created; tau2's evaluator raises.
     r = run_one(make_workflow(endpoint, "noop"), endpoint, "mock", "create_task_1_with_env_assertions")
@@ -595,14 +578,13 @@ def test_every_way_an_episode_ends_leaves_its_siblings_alone(endpoint, closed_po
     the mean and one whose dump failed is kept; any other failure fails the group
     (tests/training/test_group_workflow.py)."""
     monkeypatch.setattr(tau2_agent, "_log_stats", lambda values: None)  # importing AReaL takes ~15 s
-    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     wf = make_workflow(endpoint, "oracle@50", reward_baseline="group_mean", llm_retries=0,
                        policy_seed=way == "policy_seed",
                        dump_dir=str(tmp_path / "dumps") if way == "dump_failed" else "")
     data = {"domain": "airline", "task_id": "7", "seed": 0}
     victim_url = {"rejected": f"http://127.0.0.1:{closed_port}/v1", "no_base_url": "",
                   "dump_failed": endpoint.url, "cancelled": endpoint.url}.get(way, VICTIM_URL)
-    real_run_episode, real_dump = wf.run_episode, episode_dump.write_episode_dump
+    real_run_episode, real_dump = wf.run_episode, episode_record.write_episode_dump
 
     async def run_episode(row, *, base_url, **kw):
         if base_url != VICTIM_URL:
@@ -621,7 +603,7 @@ def test_every_way_an_episode_ends_leaves_its_siblings_alone(endpoint, closed_po
         return real_dump(dump_dir, result)
 
     monkeypatch.setattr(wf, "run_episode", run_episode)
-    monkeypatch.setattr(episode_dump, "write_episode_dump", dump_failing_once)
+    monkeypatch.setattr(episode_record, "write_episode_dump", dump_failing_once)
 
     async def go() -> tuple[list[object], BaseException | float]:
         async with httpx.AsyncClient() as client:

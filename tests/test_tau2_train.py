@@ -12,9 +12,9 @@ import psutil
 import pytest
 from areal.utils.dynamic_import import import_from_string
 
-from examples.tau2.episode.group import GroupRules
 from examples.tau2.tau2_agent import Tau2AgentWorkflow
 from examples.tau2.tau2_train import WORKFLOW, main, prepare, train_call
+from examples.tau2.tau2_utils import GroupRules
 from tests.tau2_train_support import CONFIG, REPO, clean_overrides, load, write_model
 
 SCRIPT = REPO / "examples" / "tau2" / "tau2_rl.sh"
@@ -242,7 +242,7 @@ def test_train_call_uses_import_strings_the_workers_can_rebuild():
     call = train_call(config, with_validation=True)
     assert call["workflow"] == call["eval_workflow"] == WORKFLOW
     assert import_from_string(WORKFLOW) is Tau2AgentWorkflow
-    assert "dynamic_filter_fn" not in call  # groups are scored in the rollout worker (episode/group.py)
+    assert "dynamic_filter_fn" not in call  # groups are scored in the rollout worker (tau2_utils.py)
     train, evaluation = call["workflow_kwargs"], call["eval_workflow_kwargs"]
     assert (train["temperature"], train["top_p"]) == (1.0, 1.0)
     assert (evaluation["temperature"], evaluation["top_p"]) == (0.6, 0.95)  # eval_gconfig

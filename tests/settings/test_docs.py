@@ -49,7 +49,7 @@ def test_a_field_is_described_by_its_first_sentence_and_its_choices():
     assert first_sentence("Version 1.0.x grades it.\nMore.") == "Version 1.0.x grades it."
     assert describe(Tau2TrainEnvConfig, "reward_baseline") == (
         "What an episode trains on: \"none\", its reward; \"group_mean\", its reward minus the mean of its "
-        "GRPO group's finished episodes (`episode/group.py`: within-task comparisons only). One of none, "
+        "GRPO group's finished episodes (`tau2_utils.py`: within-task comparisons only). One of none, "
         "group_mean.")
     # A derived field re-declared without a docstring keeps the episode field's.
     assert field_docs(Tau2TrainEnvConfig)["temperature"] == field_docs(Tau2EnvConfig)["temperature"]

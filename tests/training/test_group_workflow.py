@@ -16,8 +16,7 @@ import pytest
 from areal.experimental.openai.proxy.client_session import OpenAIProxyClient
 from areal.utils import stats_tracker
 
-from examples.tau2.episode.group import GroupRules
-from examples.tau2.tau2_utils import EpisodeRejected, RejectReason
+from examples.tau2.tau2_utils import EpisodeRejected, GroupRules, RejectReason
 from examples.tau2.training.group_workflow import (
     DropRejectedProxyWorkflow,
     PartialGroupWorkflow,

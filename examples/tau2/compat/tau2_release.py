@@ -51,15 +51,6 @@ class UnknownTau2(RuntimeError):
     """No tau2 is importable, or it comes from neither a known distribution nor a source tree."""
 
 
-def _owning_distribution(init_file: Path) -> importlib.metadata.Distribution | None:
-    names = importlib.metadata.packages_distributions().get("tau2", [])
-    for name in dict.fromkeys(names):
-        dist = importlib.metadata.distribution(name)
-        if Path(dist.locate_file("tau2/__init__.py")).resolve() == init_file:
-            return dist
-    return None  # e.g. an editable install: its files live in the source tree, asked next
-
-
 def _source_tree_version(package_dir: Path) -> str | None:
     """`version` of a `pyproject.toml` named `tau2` in a src-layout tree holding `package_dir`."""
     for root in (package_dir.parent.parent, package_dir.parent):
@@ -79,7 +70,10 @@ def installed_release() -> Tau2Release:
         raise UnknownTau2("tau2 is not installed: run scripts/install.sh (see README)")
     init_file = Path(spec.origin).resolve()
     package_dir = init_file.parent
-    dist = _owning_distribution(init_file)
+    dists = map(importlib.metadata.distribution, dict.fromkeys(
+        importlib.metadata.packages_distributions().get("tau2", [])))
+    dist = next((d for d in dists if Path(d.locate_file("tau2/__init__.py")).resolve() == init_file),
+                None)  # None: e.g. an editable install, whose files live in the source tree (asked next)
     if dist is not None and dist.metadata["Name"] in (Tau2Line.NVIDIA.value, Tau2Line.UPSTREAM.value):
         return Tau2Release(Tau2Line(dist.metadata["Name"]), dist.version, str(package_dir))
     version = _source_tree_version(package_dir)

@@ -343,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     bad = [o for o in overrides if "=" not in o]
     if bad:
         parser.error(f"unrecognized arguments: {' '.join(bad)} (overrides are key=value)")
-    from examples.tau2.runtime.leftovers import own_temp_dir
+    from examples.tau2.lifecycle.reaper import own_temp_dir
     from examples.tau2.runtime.process import setup_runtime
 
     setup_runtime()

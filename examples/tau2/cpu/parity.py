@@ -40,7 +40,7 @@ from typing import Any
 
 import httpx
 
-from examples.tau2.compat.serving_render import ServingEngine, render_prompt_ids
+from examples.tau2.compat.serving_render import ServingEngine, template_inputs
 from examples.tau2.episode.domain import BUILTIN_DOMAINS, SOLO_DOMAINS
 from examples.tau2.episode.llm import strip_reasoning
 
@@ -201,6 +201,15 @@ class ParityReport:
         else:
             lines.append("PARITY OK")
         return "\n".join(lines)
+
+
+def render_prompt_ids(tokenizer: Any, engine: ServingEngine, messages: Sequence[dict[str, Any]],
+                      tools: Sequence[dict[str, Any]] | None, tool_choice: Any = "auto",
+                      **template_kwargs: Any) -> list[int]:
+    """The prompt token ids `engine`'s chat server builds for the request (generation prompt added)."""
+    msgs, tls = template_inputs(engine, messages, tools, tool_choice)
+    return list(tokenizer.apply_chat_template(msgs, tools=tls, add_generation_prompt=True, tokenize=True,
+                                              return_dict=False, **template_kwargs))
 
 
 def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:

@@ -39,10 +39,9 @@ from examples.tau2.cpu.smoke_config import (
     load_smoke_config,
     user_endpoint_port,
 )
-from examples.tau2.cpu.tiny_model import TinyModelRecipe, ensure_tiny_model, load_info
+from examples.tau2.cpu.tiny_model import TinyModelRecipe, ensure_tiny_model, latest_saved_model, load_info
+from examples.tau2.lifecycle.reaper import own_temp_dir, share_temp_dir
 from examples.tau2.runtime.charts import new_figure, save_png
-from examples.tau2.runtime.files import latest_saved_model
-from examples.tau2.runtime.leftovers import own_temp_dir, share_temp_dir
 from examples.tau2.runtime.process import (
     console_logging,
     exit_after,
@@ -301,8 +300,7 @@ def run(config_file: Path, overrides: list[str], config: Tau2SmokeConfig) -> Smo
 
     from examples.tau2.cpu.scripted_endpoint import EndpointThread
     from examples.tau2.cpu.trainer import STATS_FILE, CpuPPOTrainer
-    from examples.tau2.lifecycle import live_runs
-    from examples.tau2.lifecycle.reaper import reaper_running
+    from examples.tau2.lifecycle.reaper import reaper_running, registered
     from examples.tau2.lifecycle.recover import prepare_resume
     from examples.tau2.lifecycle.validate import shared_paths
     from examples.tau2.settings import dataset as tau2_dataset
@@ -331,13 +329,13 @@ def run(config_file: Path, overrides: list[str], config: Tau2SmokeConfig) -> Smo
     log_dir = Path(StatsLogger.get_log_path(config.stats_logger))
     stats_path = log_dir / STATS_FILE
     # A rerun of a killed run resumes (recover.mode auto); a finished one starts over.
-    if prepare_resume(config, stats_path, restart_finished=True).state is None:
+    if prepare_resume(config, stats_path, restart_finished=True) is None:
         stats_path.unlink(missing_ok=True)  # a previous run of the same trial
     rows = tau2_dataset.train_rows(config.econfig, config.seed)
     port = user_endpoint_port(config.econfig.user_base_url)
     serve = config.smoke.serve_user_simulator
     # The reaper stops AReaL's workers if this process is killed (they would outlive it).
-    with live_runs.registered(config), reaper_running(config), (
+    with registered(config), reaper_running(config), (
             EndpointThread(port=port) if serve else contextlib.nullcontext()):
         logger.info("scripted user simulator (%s) at %s", config.econfig.user_model,
                     config.econfig.user_base_url)
@@ -418,7 +416,7 @@ def preflight(argv: list[str],
 
 
 def main(argv: list[str] | None = None) -> int:
-    with own_temp_dir():  # the run's temporary files, removed at the end (runtime/leftovers.py)
+    with own_temp_dir():  # the run's temporary files, removed at the end (lifecycle/reaper.py)
         loaded, status = preflight(list(sys.argv[1:] if argv is None else argv))
         if loaded is None:
             return status

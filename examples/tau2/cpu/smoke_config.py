@@ -130,7 +130,7 @@ def check_steps(config: Tau2SmokeConfig, rows: int) -> list[str]:
 def check_config(config: Tau2SmokeConfig) -> list[str]:
     """Every problem with a smoke config, one sentence each; nothing is started."""
     from examples.tau2.cpu.trainer import vllm_python
-    from examples.tau2.lifecycle.live_runs import seed_collision
+    from examples.tau2.lifecycle.reaper import seed_collision
     from examples.tau2.lifecycle.recover import check_recover
     from examples.tau2.lifecycle.validate import check_paths, check_run_domains, check_training
     from examples.tau2.settings import dataset as tau2_dataset
@@ -187,7 +187,7 @@ def check_config(config: Tau2SmokeConfig) -> list[str]:
         vllm_python()
     except FileNotFoundError as e:
         errors.append(str(e))
-    temp = tempfile.gettempdir()  # the run's own folder (runtime/leftovers.py)
+    temp = tempfile.gettempdir()  # the run's own folder (lifecycle/reaper.py)
     if len(temp) + len("/") + UUID_CHARS > SOCKET_PATH_MAX:
         errors.append(f"the temporary folder {temp} is too long for the vLLM server's sockets (a socket's "
                       f"path takes at most {SOCKET_PATH_MAX} bytes, and vLLM names them by a UUID in it); "

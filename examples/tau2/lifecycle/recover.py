@@ -1,24 +1,14 @@
-"""Resuming a killed training run: what a rerun of the same command finds, checks and cleans up.
+"""Kill-safe saves, and what a rerun of a killed run's command finds, checks and cleans up.
 
-AReaL 1.0.4 saves the trainer's state every `recover.freq_steps` steps when `recover.mode` is `auto`
-(or `on`: the same) -- weights and optimizer as a DCP checkpoint in
-`<fileroot>/checkpoints/<user>/<experiment>/<trial>/default/recover_checkpoint`, and the step, the
-dataloader, saver, evaluator and stats-logger states in `.../recover_info/` -- and `PPOTrainer` loads
-them when a rerun with the same experiment, trial and fileroot finds them. A `kill -9` can land
-anywhere, so a rerun (`prepare_resume`, before `PPOTrainer` starts) first:
-
-1. stops leftover workers of the trial, which do not notice that their controller died
-   (`lifecycle/reaper.py`, whose watcher does the same while the controller lives);
-2. finishes or undoes a save the kill interrupted (`repair`): saves go to `<dir>.next` first and are
-   swapped in after a journal is written (`AtomicRecoverHandler`, below), because AReaL
-   overwrites its one checkpoint in place and a torn info file makes it start over from step 1 without a word;
-3. drops the lines of `stats.jsonl` after the saved step (those steps run again: `trim_stats`), and moves
-   episode dumps written after the save, whose rollouts were never trained, to
-   `<dump_dir>.superseded/<time>/` (`supersede_dumps`), removing half-written temporary files.
-
-`check_recover` (in `--dry-run` and before every run) and `describe_recover` (the plan's line) say what
-a rerun would do. Each save records what the run trains on (`trains_on`: domain or mix, split, domain
-modules), and `check_recover` refuses a state saved for other tasks, whatever its step count.
+AReaL 1.0.4 saves the trainer's state every `recover.freq_*` when `recover.mode` is `auto` (or `on`) -- a
+DCP checkpoint in `<fileroot>/checkpoints/<user>/<experiment>/<trial>/default/recover_checkpoint`, the step
+and the loader, saver and logger states in `.../recover_info/` -- and `PPOTrainer` resumes from them. It
+overwrites both in place, and a kill mid-save leaves a torn state from which it starts over at step 1
+without a word; so saves go to `<dir>.next` and are swapped in behind a journal (`AtomicRecoverHandler`).
+A rerun (`prepare_resume`, before `PPOTrainer` starts) stops the trial's leftover workers and jobs
+(`lifecycle/reaper.py`), finishes or undoes an interrupted save (`repair`), drops the `stats.jsonl` lines of
+the steps that run again and moves the episode dumps written after the save aside. Each save records what
+the run trains on (`trains_on`): `check_recover` refuses a state saved for other tasks.
 """
 
 from __future__ import annotations
@@ -34,25 +24,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
 from areal.api import SaveLoadMeta
 from areal.utils.recover import RecoverHandler
 from areal.utils.saver import Saver
 
-from examples.tau2.lifecycle.reaper import cancel_jobs, stop_leftover_workers
+from examples.tau2.episode import record as episode_record
+from examples.tau2.lifecycle.reaper import alive, cancel_jobs, stop_process_trees, worker_processes
 from examples.tau2.lifecycle.watchdog import CONTROL
 from examples.tau2.runtime.files import write_atomic
 
 logger = logging.getLogger("tau2_areal.recover")
 
 ENABLED_MODES = ("auto", "on")
-STAGED, PREVIOUS = ".next", ".prev"
 JOURNAL = "recover_commit.json"
-"""Written (atomically) once a save is complete in `.next`; removed once it is swapped in."""
+"""Written once a save is complete in `.next`; removed once it is swapped in."""
 SAVED_MARKER = "tau2_saved.json"
-"""In `recover_info/`: the saved step, the time the save was committed and what the run trains on."""
-CONTROLLER_FILE = "controller.json"
-"""In the save root: pid, start time and host of the controller that runs (or ran) the trial."""
-SUPERSEDED = ".superseded"
+"""In `recover_info/`: the saved step, when the save was committed and what the run trains on."""
 UNRECORDED = "saved without a record of what it was trained on: its domain and split are not checked"
 INFO_FILES = ("step_info.json", "saver_info.json", "evaluator_info.json", "stats_logger_info.json",
               "checkpoint_info.json", "dataloader_info.pkl")
@@ -78,7 +66,8 @@ class RecoverPaths:
 
     @property
     def controller_file(self) -> Path:
-        return self.save_root / CONTROLLER_FILE
+        """The pid, start time, host and command of the trial's controller."""
+        return self.save_root / "controller.json"
 
     @property
     def swapped(self) -> tuple[Path, ...]:
@@ -94,11 +83,11 @@ def recover_paths(config: Any) -> RecoverPaths:
 
 
 def staged(path: Path) -> Path:
-    return path.with_name(path.name + STAGED)
+    return path.with_name(path.name + ".next")
 
 
 def previous(path: Path) -> Path:
-    return path.with_name(path.name + PREVIOUS)
+    return path.with_name(path.name + ".prev")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -106,12 +95,11 @@ def previous(path: Path) -> Path:
 
 
 def trains_on(config: Any) -> dict[str, Any]:
-    """What a run trains on, recorded with each save: a state saved for other tasks must not be resumed
-    (`check_recover`), whatever its step count."""
+    """What a run trains on, recorded with each save, as plain JSON (compared as loaded)."""
     e = config.econfig
     record = {"domain": e.domain, "mix": e.mix or None, "train_split": e.train_split,
               "domain_modules": sorted(e.domain_modules)}
-    return json.loads(json.dumps(record, sort_keys=True, default=str))  # plain JSON: compared as loaded
+    return json.loads(json.dumps(record, sort_keys=True, default=str))
 
 
 def commit(paths: RecoverPaths, global_step: int, trained_on: dict[str, Any]) -> None:
@@ -134,30 +122,20 @@ def _roll_forward(paths: RecoverPaths) -> None:
     paths.journal.unlink(missing_ok=True)
 
 
-def _roll_back(paths: RecoverPaths) -> None:
+def repair(paths: RecoverPaths) -> str:
+    """Finish a save whose swap a kill interrupted, or undo one that was not complete; '' if neither."""
+    if paths.journal.exists():
+        step = json.loads(paths.journal.read_text())["global_step"]  # written whole (write_atomic)
+        _roll_forward(paths)
+        return f"completed the swap-in of the state saved at step {step + 1}"
+    if not any(p.exists() for live in paths.swapped for p in (staged(live), previous(live))):
+        return ""
     for live in paths.swapped:
         shutil.rmtree(staged(live), ignore_errors=True)
         if not live.exists() and previous(live).exists():
             previous(live).rename(live)
         shutil.rmtree(previous(live), ignore_errors=True)
-
-
-def repair(paths: RecoverPaths) -> str:
-    """Finish a save whose swap a kill interrupted, or undo one that was not complete; '' if neither."""
-    if paths.journal.exists():
-        step = json.loads(paths.journal.read_text() or "{}").get("global_step", "?")
-        _roll_forward(paths)
-        shown = step + 1 if isinstance(step, int) else step
-        return f"completed the swap-in of the state saved at step {shown}"
-    leftovers = [p for live in paths.swapped for p in (staged(live), previous(live)) if p.exists()]
-    if leftovers:
-        _roll_back(paths)
-        return "discarded a save that a kill interrupted before it was complete"
-    return ""
-
-
-# ---------------------------------------------------------------------------------------------
-# The saved state
+    return "discarded a save that a kill interrupted before it was complete"
 
 
 @dataclass(frozen=True)
@@ -191,54 +169,20 @@ def saved_state(paths: RecoverPaths) -> SavedState | None:
     return SavedState(global_step, per_epoch, saved_at, record if isinstance(record, dict) else None)
 
 
-def missing_checkpoints(paths: RecoverPaths) -> list[Path]:
-    """Recover checkpoints that a resume would need but that hold no DCP checkpoint."""
-    return [c for c in paths.checkpoints if not (c / ".metadata").is_file()]
-
-
-def clear_saved_state(paths: RecoverPaths) -> None:
-    """Forget the saved state (the next run starts at step 1)."""
-    for live in paths.swapped:
-        for p in (live, staged(live), previous(live)):
-            shutil.rmtree(p, ignore_errors=True)
-    paths.journal.unlink(missing_ok=True)
-
-
-def live_controller(paths: RecoverPaths) -> dict[str, Any] | None:
-    """The recorded controller of this trial if it still runs on this machine (not this process)."""
-    import psutil
-
+def live_controller(config: Any, paths: RecoverPaths) -> str:
+    """One sentence if another controller of this trial runs on this machine (it would take over its
+    files), else ''."""
     try:
         rec = json.loads(paths.controller_file.read_text())
         pid, started = int(rec["pid"]), float(rec["create_time"])
     except (OSError, ValueError, KeyError, TypeError):
-        return None
-    if rec.get("host") != os.uname().nodename or pid == os.getpid():
-        return None
-    try:
-        p = psutil.Process(pid)
-        if abs(p.create_time() - started) > 1e-3 or p.status() == psutil.STATUS_ZOMBIE:
-            return None
-    except psutil.Error:
-        return None
-    return rec
-
-
-def another_controller(config: Any, other: dict[str, Any]) -> str:
-    """One sentence on a live controller of this trial: a second one would take over its files."""
-    command = " ".join(other.get("argv") or [])[:200]
+        return ""
+    if rec.get("host") != os.uname().nodename or pid == os.getpid() or not alive(pid, started):
+        return ""
+    command = " ".join(rec.get("argv") or [])[:200]
     return (f"another controller of {config.experiment_name}/{config.trial_name} is running "
-            f"(pid {other['pid']}: {command}) with its files in {config.cluster.fileroot}; "
+            f"(pid {pid}: {command}) with its files in {config.cluster.fileroot}; "
             "stop it first, or give this run its own trial_name or cluster.fileroot")
-
-
-def record_controller(paths: RecoverPaths) -> None:
-    import psutil
-
-    paths.save_root.mkdir(parents=True, exist_ok=True)
-    write_atomic(paths.controller_file, json.dumps({
-        "pid": os.getpid(), "create_time": psutil.Process().create_time(), "host": os.uname().nodename,
-        "argv": sys.argv}))
 
 
 class SaveWhenAsked:
@@ -256,22 +200,14 @@ class SaveWhenAsked:
         asked, self.asked = self.asked, False
         return due or asked
 
-    def state_dict(self) -> dict[str, Any]:
-        return self.inner.state_dict()
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.inner.load_state_dict(state)
+    def __getattr__(self, name: str) -> Any:  # the rest (state_dict, load_state_dict): AReaL's
+        return getattr(self.inner, name)
 
 
 class AtomicRecoverHandler(RecoverHandler):
-    """AReaL's recover handler writing each save to `.next` directories and swapping them in at once.
-
-    AReaL's `dump` overwrites `default/recover_checkpoint` (DCP) and the files of `recover_info/` in place:
-    a kill during a save leaves a checkpoint of one step with the info of another, or a torn info file, and
-    then `RecoverHandler.load` logs a warning and trains from step 1 over the old run. Here both go to
-    `<dir>.next` and `commit` swaps them in behind a journal; a rerun finishes or undoes an
-    interrupted swap (`repair`) before AReaL looks.
-    """
+    """AReaL's recover handler writing each save (checkpoint and info files) to `.next` directories, which
+    `commit` swaps in behind a journal; a rerun finishes or undoes an interrupted swap (`repair`) before
+    AReaL looks."""
 
     def __init__(self, config: Any, ft_spec: Any, paths: RecoverPaths, run_config: Any):
         super().__init__(config, ft_spec)
@@ -335,30 +271,11 @@ def trim_stats(path: Path, last_step: int | None) -> int:
 
 
 def supersede_dumps(dump_dir: Path, since: float) -> tuple[int, Path | None]:
-    """Move episode dumps written after `since` (Unix time) to `<dump_dir>.superseded/<time>/`, keeping
-    their relative paths, and delete half-written temporary files; (files moved, where to)."""
-    from examples.tau2.episode.dump import supersede_dumps as move_aside
-
-    target = dump_dir.with_name(dump_dir.name + SUPERSEDED) / time.strftime("%Y%m%d-%H%M%S")
-    moved = move_aside(dump_dir, target, lambda f: f.stat().st_mtime > since)
+    """Move episode dumps written after `since` (Unix time) to `<dump_dir>.superseded/<time>/`, and delete
+    half-written temporary files; (files moved, where to)."""
+    target = dump_dir.with_name(dump_dir.name + ".superseded") / time.strftime("%Y%m%d-%H%M%S")
+    moved = episode_record.supersede_dumps(dump_dir, target, lambda f: f.stat().st_mtime > since)
     return moved, (target if moved else None)
-
-
-@dataclass(frozen=True)
-class ResumePlan:
-    """What `prepare_resume` found and did."""
-
-    state: SavedState | None
-    stopped_workers: list[int]
-    repaired: str
-    stats_lines_dropped: int
-    dumps_moved: int
-    dumps_moved_to: Path | None
-
-    @property
-    def start_step(self) -> int:
-        """The first step this run trains (1-based)."""
-        return self.state.global_step + 2 if self.state else 1
 
 
 def steps_per_epoch(config: Any, train_rows: int) -> int:
@@ -388,43 +305,40 @@ def finished(config: Any, state: SavedState) -> bool:
     return total is not None and state.global_step + 1 >= total
 
 
-def prepare_resume(config: Any, stats_path: Path | None = None, restart_finished: bool = False) -> ResumePlan:
-    """Before `PPOTrainer` starts: stop leftover workers, repair an interrupted save, and drop the stats
-    lines and episode dumps of steps that will run again. Logs one line per thing it did.
+def prepare_resume(config: Any, stats_path: Path | None = None,
+                   restart_finished: bool = False) -> SavedState | None:
+    """Before `PPOTrainer` starts: stop leftover workers and jobs, repair an interrupted save, and drop the
+    stats lines and episode dumps of steps that run again, logging each; returns the state it resumes from.
 
-    `restart_finished`: a saved state of a run that trained all its steps is forgotten, so the run starts
+    `restart_finished`: the saved state of a run that trained all its steps is forgotten, so the run starts
     over (the smoke run; AReaL itself would resume it and train nothing)."""
     paths = recover_paths(config)
-    other = live_controller(paths)
-    if other is not None:
-        raise RuntimeError(another_controller(config, other))
-    stopped = stop_leftover_workers(config)
-    if stopped:
+    if other := live_controller(config, paths):
+        raise RuntimeError(other)
+    if config.scheduler.type == "local" and (stopped := stop_process_trees(worker_processes(
+            config.experiment_name, config.trial_name, config.cluster.fileroot))):
         logger.warning("stopped %d leftover process(es) of a previous controller of this trial: %s",
                        len(stopped), stopped)
     cancel_jobs(config, logger)  # a previous controller's jobs (it is not running: checked above)
-    repaired = repair(paths) if paths.save_root.is_dir() else ""
-    if repaired:
+    if paths.save_root.is_dir() and (repaired := repair(paths)):
         logger.warning("recover state: %s", repaired)
     state = saved_state(paths) if enabled(config) else None
     if state is not None and restart_finished and finished(config, state):
         logger.info("the run saved in %s had finished (%d steps): starting a new one", paths.save_root,
                     state.global_step + 1)
-        clear_saved_state(paths)
+        for live in paths.swapped:
+            for p in (live, staged(live), previous(live)):
+                shutil.rmtree(p, ignore_errors=True)
         state = None
-    dropped = moved = 0
-    moved_to = None
-    dump_dir = getattr(config.econfig, "dump_dir", "")
     if state is not None:
         logger.info("resuming: the state saved after step %d is in %s; training continues at step %d",
                     state.global_step + 1, paths.save_root, state.global_step + 2)
         if state.trains_on is None:
             logger.warning("the saved state in %s: %s", paths.info, UNRECORDED)
-        if stats_path is not None:
-            dropped = trim_stats(stats_path, state.global_step)
-        if dropped:
+        if stats_path is not None and (dropped := trim_stats(stats_path, state.global_step)):
             logger.info("dropped %d line(s) of %s after step %d (those steps run again)", dropped,
                         stats_path, state.global_step + 1)
+    dump_dir = getattr(config.econfig, "dump_dir", "")
     if dump_dir and enabled(config):
         # Resuming: dumps after the save were never trained on. Starting over (no saved state): every
         # dump is from an earlier run of this trial (killed before its first save, or finished).
@@ -432,9 +346,11 @@ def prepare_resume(config: Any, stats_path: Path | None = None, restart_finished
         if moved:
             logger.info("moved %d episode dump file(s) of rollouts this run does not continue (written "
                         "after the saved state, or by an earlier run of the trial) to %s", moved, moved_to)
-    record_controller(paths)
+    write_atomic(paths.controller_file, json.dumps({
+        "pid": os.getpid(), "create_time": psutil.Process().create_time(), "host": os.uname().nodename,
+        "argv": sys.argv}))
     CONTROL.resumed_from = CONTROL.saved_step = state.global_step if state is not None else None
-    return ResumePlan(state, stopped, repaired, dropped, moved, moved_to)
+    return state
 
 
 # ---------------------------------------------------------------------------------------------
@@ -445,17 +361,14 @@ def check_recover(config: Any, restart_finished: bool = False) -> list[str]:
     """Problems with the `recover` section or the saved state a run would resume from, one sentence each
     (`restart_finished`: as `prepare_resume`'s, the state of a finished run is no problem: it is dropped)."""
     r = config.recover
-    errors = []
-    if r.mode not in (*ENABLED_MODES, "disabled", "off"):
-        errors.append(f"recover.mode={r.mode!r} must be auto (resume a rerun) or disabled")
+    errors: list[str] = []  # recover.mode itself AReaL checks (RecoverConfig.__post_init__)
     if not enabled(config):
         return errors
     if not any(f is not None for f in (r.freq_steps, r.freq_epochs, r.freq_secs)):
         errors.append("recover.mode=auto saves nothing without recover.freq_steps, freq_epochs or freq_secs, "
                       "so a rerun would start over")
-    freqs = (("freq_steps", r.freq_steps), ("freq_epochs", r.freq_epochs), ("freq_secs", r.freq_secs))
-    for name, value in freqs:
-        if value is not None and value < 1:
+    for name in ("freq_steps", "freq_epochs", "freq_secs"):
+        if (value := getattr(r, name)) is not None and value < 1:
             errors.append(f"recover.{name}={value} must be at least 1 (or null)")
     for name, own, top in (("experiment_name", r.experiment_name, config.experiment_name),
                            ("trial_name", r.trial_name, config.trial_name),
@@ -467,16 +380,14 @@ def check_recover(config: Any, restart_finished: bool = False) -> list[str]:
     if getattr(config.rollout, "_version", "v1") == "v2":
         errors.append("recover.mode=auto does not work with rollout._version=v2 (AReaL 1.0.4 refuses it)")
     paths = recover_paths(config)
-    other = live_controller(paths)
-    if other is not None:
-        errors.append(another_controller(config, other))
+    if other := live_controller(config, paths):
+        errors.append(other)
     if paths.journal.exists() or any(staged(p).exists() for p in paths.swapped):
         return errors  # an interrupted save: the run repairs it before it looks at the state
     state = saved_state(paths)
     if state is None or (restart_finished and finished(config, state)):
         return errors
-    missing = missing_checkpoints(paths)
-    if missing:
+    if missing := [c for c in paths.checkpoints if not (c / ".metadata").is_file()]:
         errors.append(f"the saved state in {paths.info} has no checkpoint in {missing[0]}; delete "
                       f"{paths.save_root} to start over")
     rows = _train_rows(config)
@@ -485,20 +396,14 @@ def check_recover(config: Any, restart_finished: bool = False) -> list[str]:
         errors.append(f"the saved state in {paths.info} is from a run with {state.steps_per_epoch} steps "
                       f"per epoch, this config has {per_epoch}; use another trial_name or delete "
                       f"{paths.save_root}")
-    if state.trains_on is not None and (differ := _differences(state.trains_on, trains_on(config))):
-        errors.append(f"the saved state in {paths.info} was saved by a run with {differ[0]}, this config has "
-                      f"{differ[1]}; use another trial_name or experiment_name, or delete {paths.save_root}")
+    ours = trains_on(config)
+    if state.trains_on is not None and (keys := sorted(k for k in set(state.trains_on) | set(ours)
+                                                       if state.trains_on.get(k) != ours.get(k))):
+        theirs, mine = (", ".join(f"econfig.{k}={_override(rec.get(k))}" for k in keys)
+                        for rec in (state.trains_on, ours))
+        errors.append(f"the saved state in {paths.info} was saved by a run with {theirs}, this config has "
+                      f"{mine}; use another trial_name or experiment_name, or delete {paths.save_root}")
     return errors
-
-
-def _differences(saved: dict[str, Any], ours: dict[str, Any]) -> tuple[str, str] | None:
-    """The settings in which two `trains_on` records differ, as overrides: (saved, ours); None if none."""
-    keys = [k for k in sorted(set(saved) | set(ours)) if saved.get(k) != ours.get(k)]
-    if not keys:
-        return None
-    theirs, mine = (", ".join(f"econfig.{k}={_override(record.get(k))}" for k in keys)
-                    for record in (saved, ours))
-    return theirs, mine
 
 
 def _override(value: Any) -> str:

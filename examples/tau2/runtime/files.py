@@ -1,9 +1,5 @@
-"""Files that readers never see half-written, canonical hashes, and the newest saved model.
-
-Every JSON, Markdown and PNG output (evaluation results, comparisons, resume journals, summaries,
-charts) is written through `write_atomic` / `write_bytes_atomic`, so a killed run leaves either the old
-file or the new one.
-"""
+"""Files that readers never see half-written (every output goes through `write_bytes_atomic`: a killed
+run leaves the old file or the new one), and canonical hashes."""
 
 from __future__ import annotations
 
@@ -46,13 +42,3 @@ def fingerprint(value: Any) -> str:
     text = value if isinstance(value, str) else json.dumps(
         value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def latest_saved_model(saver: Any) -> Path | None:
-    """The newest Hugging Face model directory AReaL's `Saver` wrote for this experiment and trial
-    (`saver`: AReaL's `SaverConfig`); None before the first save."""
-    from areal.utils.saver import Saver
-
-    root = Path(Saver.get_save_root(saver.experiment_name, saver.trial_name, saver.fileroot))
-    found = sorted(root.glob("**/config.json"), key=lambda p: p.stat().st_mtime)
-    return found[-1].parent if found else None

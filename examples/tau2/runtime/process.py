@@ -1,9 +1,5 @@
-"""The process: its logging set-up, and how a command leaves (with its exit code at once, and without
-leaving a child process behind).
-
-`setup_runtime` is the one explicit process set-up (every entry point and `Tau2AgentWorkflow` call it):
-τ²'s loguru quietened to a chosen level, our loggers on the console; importing the package changes
-nothing else.
+"""The process: its logging set-up (`setup_runtime`, the one explicit set-up: importing the package changes
+nothing), and how a command leaves (with its exit code at once, and without leaving a child process behind).
 """
 
 from __future__ import annotations
@@ -38,14 +34,10 @@ def console_logging(*loggers: logging.Logger) -> None:
 
 
 def setup_runtime(tau2_log_level: str = "ERROR") -> None:
-    """The process set-up every entry point and `Tau2AgentWorkflow` run first. Idempotent.
-
-    tau2 logs through loguru at DEBUG (~800 lines per episode, ~30 when its registry is imported).
-    This replaces loguru's default stderr handler with one that passes tau2's records only at
-    `tau2_log_level` or above ("OFF": none) and everything else as before. Entry points call it before
-    they import tau2, so that its import-time lines are filtered too. And `yaml.dump` writes a setting's
-    `Choice` as its string: AReaL records the run's config with it (else a Python tag per enum value).
-    """
+    """The process set-up every entry point and `Tau2AgentWorkflow` run first (before importing tau2, whose
+    import logs too). Idempotent. tau2 logs through loguru at DEBUG (~800 lines per episode): loguru's
+    default handler is replaced by one passing tau2's records only at `tau2_log_level` or above ("OFF":
+    none). And `yaml.dump` writes a `Choice` as its string (AReaL records the run's config with it)."""
     global _tau2_log_handler, _tau2_log_level
     yaml.add_multi_representer(Choice, lambda dumper, value: dumper.represent_str(value.value))
     problem = Tau2LogLevel.problem("tau2_log_level", tau2_log_level)
@@ -69,11 +61,8 @@ def setup_runtime(tau2_log_level: str = "ERROR") -> None:
 
 
 def exit_after(main: Callable[[], int]) -> NoReturn:
-    """Run a command's `main` and leave with its exit code at once.
-
-    AReaL can leave non-daemon threads behind (e.g. when its start-up fails), which would keep the
-    process alive forever; the commands stop every child process themselves before returning.
-    """
+    """Run a command's `main` and leave with its exit code at once: AReaL can leave non-daemon threads
+    behind (e.g. when its start-up fails), which would keep the process alive forever."""
     code = 1
     try:
         code = main()
@@ -96,12 +85,8 @@ def hard_exit(code: int) -> NoReturn:
 
 
 def stop_descendants(log: logging.Logger | None = None, timeout_s: float = 15.0) -> list[int]:
-    """Terminate (then kill) every process this one started, directly or not; returns their pids and,
-    given `log`, says there how many were left.
-
-    AReaL's workers, proxies and inference servers are all descendants of the controller. Its own
-    clean-up covers a normal exit; this covers a run that fails half-way through start-up.
-    """
+    """Terminate (then kill) every process this one started, directly or not (AReaL's workers, proxies and
+    servers: for a run that fails half-way through start-up); returns their pids, logged to `log`."""
     import psutil
 
     children = psutil.Process().children(recursive=True)
@@ -119,15 +104,12 @@ def stop_descendants(log: logging.Logger | None = None, timeout_s: float = 15.0)
 
 
 ON_SIGTERM: list[Callable[[], None]] = []
-"""Called first when SIGTERM arrives, before the clean-up (which SLURM may cut short with SIGKILL): the
-controller job notes it in its journal (slurm/controller_job.py)."""
+"""Called first on SIGTERM, before a clean-up SLURM may cut short (slurm/controller_job.py notes it)."""
 
 
 def exit_on_sigterm() -> None:
-    """Turn SIGTERM into `SystemExit(143)` in the main thread, so that the run's clean-up runs as on any
-    other exit: AReaL stops its workers, the entry point cancels the run's SLURM jobs. It is what `kill`
-    sends, and what SLURM sends a job it cancels or requeues (the controller as a job: `tau2_rl.sh slurm
-    --submit`)."""
+    """Turn SIGTERM (what `kill` sends, and SLURM to a job it cancels or requeues) into `SystemExit(143)` in
+    the main thread, so that the run's clean-up runs as on any other exit."""
 
     def leave(signum: int, frame: object) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once

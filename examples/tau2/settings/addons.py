@@ -16,16 +16,14 @@ class Unreachable(RuntimeError):
 class Addon:
     """What an add-on gives a run; each default gives nothing (`config`: a `Tau2PPOConfig`)."""
 
-    name, service = "", ""
-    """Its name in `ADDONS`, and the outside service its jobs run on as messages name it (slurm, SLURM)."""
+    name, service = "", ""  # its name in `ADDONS`; the outside service its jobs run on, as messages name it
 
     def problems(self, config: Any) -> list[str]:
         """The run's problems in this add-on's part, one sentence each (pre-flight and `--dry-run`)."""
         return []
 
     def unavailable(self, config: Any) -> str:
-        """'' when the services this add-on needs answer now; else why not, in one sentence. Asked just
-        before a run starts (not by `--dry-run`, which plans a run for elsewhere)."""
+        """Why the services it needs do not answer now ('' when they do); not asked by `--dry-run`."""
         return ""
 
     def plan(self, config: Any) -> list[str]:
@@ -50,16 +48,12 @@ class Addon:
         return []
 
 
-ADDONS: dict[str, tuple[str, Callable[[Any], bool]]] = {
+ADDONS: dict[str, tuple[str, Callable[[Any], bool]]] = {  # name: where it is, when a config turns it on
     "slurm": ("examples.tau2.slurm.addon:SlurmAddon", lambda c: c.scheduler.type == "slurm"),
     "curriculum": ("examples.tau2.curriculum.addon:CurriculumAddon", lambda c: c.curriculum.enabled),
 }
-"""Each add-on's name: where it is, and when a config turns it on."""
-SCHEDULER_ADDONS = ("slurm",)
-"""The add-ons that are a `scheduler.type`."""
-SCHEDULERS = ("local", *SCHEDULER_ADDONS)
-"""The `scheduler.type`s a run may use: AReaL's local one and the scheduler add-ons (AReaL 1.0.4 runs agent
-workflows only under its single controller, so not with ray)."""
+SCHEDULER_ADDONS = ("slurm",)  # the add-ons that are a `scheduler.type`
+SCHEDULERS = ("local", *SCHEDULER_ADDONS)  # AReaL 1.0.4 runs agent workflows only under its single controller
 
 
 def load(name: str) -> Addon:

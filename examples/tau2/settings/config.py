@@ -1,15 +1,7 @@
-"""The training config (AReaL's `PPOConfig` plus the `econfig` section) and how a command line becomes one.
-
-`load_config` composes the YAML and overrides with AReaL's own Hydra set-up (`parse_cli_args`), so
-variant files layer with Hydra's group syntax: `+configs=slurm_2node` merges
-`configs/slurm_2node.yaml` (next to the main config) over it, and later `key=value` overrides win.
-It also accepts the old combined `allocation_mode=<inference>+<training>` (deprecated in AReaL 1.0.4,
-whose agent workflows read only `rollout.backend`, `actor.backend` and `ref.backend`) and rewrites it into
-those per-engine backends: AReaL's own parser (through `compat.areal_api`) checks the string, and the
-per-engine strings are its two components verbatim. The result carries the effective argv, which
-`load_expr_config` loads to the same config for the run; loading here has no side effects, so
-validation and `--dry-run` happen before anything is written or started.
-"""
+"""The training config (AReaL's `PPOConfig` plus the `econfig` section) and how a command line becomes one:
+the YAML, Hydra variants (`+configs=slurm_2node`) and overrides, composed with AReaL's own set-up, without
+side effects, so that the pre-flight (`lifecycle/validate.py`) runs before anything is written or started.
+The deprecated combined `allocation_mode=<inference>+<training>` becomes the per-engine backends."""
 
 from __future__ import annotations
 
@@ -81,7 +73,7 @@ def parse_backend(spec: str) -> ModelAllocation:
 def split_allocation_mode(mode: str) -> EngineBackends:
     """`<inference>+<training>` -> per-engine backends. ValueError with one sentence on anything else.
     (Only the deprecated `allocation_mode` key comes here, so AReaL's parser is imported here.)"""
-    from examples.tau2.compat.areal_api import parse_combined_allocation
+    from examples.tau2.compat import parse_combined_allocation
 
     try:
         parsed = parse_combined_allocation(mode)
@@ -115,20 +107,15 @@ def split_allocation_mode(mode: str) -> EngineBackends:
 ALLOCATION_KEY = "allocation_mode"
 BACKEND_KEYS = ("rollout.backend", "actor.backend", "ref.backend")
 TREE_TRAINING_KEY = "actor.enable_tree_training"
-RENAMED_KEYS = {"econfig.user_llm": "econfig.user_model",
+RENAMED_KEYS = {"econfig.user_llm": "econfig.user_model",  # the original AReaL example's names
                 "econfig.user_llm_base_url": "econfig.user_base_url"}
-"""The original AReaL example's names for settings this project names otherwise."""
 REMOVED_KEYS = {"econfig.group_size": "a GRPO group is gconfig.n_samples episodes, scored as one "
-                                      "(episode/group.py)"}
-"""Settings earlier releases of this project had, and why they are gone."""
+                                      "(tau2_utils.py)"}  # earlier releases' settings, and why gone
 ADMIN_KEY = "rollout.agent.admin_api_key"
 ADMIN_KEY_ENV = "TAU2_ADMIN_KEY"
-"""The proxy's admin key from the environment (`tau2_rl.sh` exports a fresh one): a key given as an
-override would sit on the controller's command line, which every user of the machine sees (`ps`)."""
-
-
-DRY_RUN_FLAG = "--dry-run"
-"""Every training entry point's flag for: load and check the config, print the plan, start nothing."""
+"""The proxy's admin key from the environment (`tau2_rl.sh` exports a fresh one): an override would show
+on the controller's command line to every user of the machine (`ps`)."""
+DRY_RUN_FLAG = "--dry-run"  # every training entry point's: check the config, print the plan, start nothing
 
 
 def pop_dry_run(argv: list[str]) -> tuple[bool, list[str]]:
@@ -144,12 +131,9 @@ class ConfigError(ValueError):
 class Derived:
     """Where a derived episode setting takes its value from, in training and in validation episodes."""
 
-    source: str
-    """The setting (a path in `Tau2PPOConfig`) that the training episodes' value must equal."""
-    validation: str
-    """The setting the validation episodes take it from (`eval_gconfig`'s)."""
-    why: str
-    """Why the two must be equal: the refusal of an explicit value that differs says it."""
+    source: str  # the setting (a path in `Tau2PPOConfig`) the training episodes' value must equal
+    validation: str  # the setting the validation episodes take it from (`eval_gconfig`'s)
+    why: str  # why the two must be equal, as the refusal of a value that differs says it
 
     def value(self, config: Any, validation: bool = False) -> Any:
         return operator.attrgetter(self.validation if validation else self.source)(config)
@@ -164,12 +148,9 @@ DERIVED_EPISODE_FIELDS = {
                                      "the run's per-turn limit is gconfig's, and the episodes send it with "
                                      "every request"),
 }
-"""The one way an episode setting follows another setting of the run. Such an `econfig` field is unset
-(None) in the YAML; `Tau2PPOConfig.__post_init__` fills it in from `source`, the validation episodes take
-`validation` (`tau2_train.workflow_kwargs`), and evaluation of a training config takes `source` too
-(`eval.evaluate.load_econfig`). An explicit value equal to its source is accepted; one that differs is
-refused (`Tau2PPOConfig.derivation_errors`). The source's own checks cover the value: an invalid one is
-reported once, against the source (`Tau2EnvConfig.validate` leaves the derived fields out)."""
+"""The one way an episode setting follows another of the run: unset (None) in the YAML, filled in from
+`source` (`Tau2PPOConfig.__post_init__`), `validation` for validation episodes; an explicit value that
+differs is refused (`lifecycle.validate.check_derived`), an invalid one is reported against its source."""
 
 
 class ServingEngineChoice(Choice):
@@ -324,16 +305,15 @@ class Tau2TrainEnvConfig(Tau2EnvConfig):
         return out
 
     def episode_config(self) -> Tau2EnvConfig:
-        """The part that the workflow takes (its constructor validates it; `validate` reports the
-        same problems, and the run's others, before anything starts). A derived field still unset (this
-        section on its own, outside a `Tau2PPOConfig`) takes `Tau2EnvConfig`'s default."""
+        """The part that the workflow takes; a derived field still unset (this section outside a
+        `Tau2PPOConfig`) takes `Tau2EnvConfig`'s default."""
         values = {f.name: getattr(self, f.name) for f in dataclasses.fields(Tau2EnvConfig)}
         return Tau2EnvConfig(**{name: value for name, value in values.items()
                                 if not (name in DERIVED_EPISODE_FIELDS and value is None)})
 
     def validate(self) -> list[str]:
-        """Episode settings (Tau2EnvConfig's checks) and the dataset choice, without touching tau2 (the
-        domains themselves are checked against tau2's registry by `validate.check_domains`)."""
+        """The section's own problems: its episode settings and its choice of domains and splits (which
+        tau2 has is the pre-flight's to say, `lifecycle/validate.py`)."""
         episode = self.episode_config().validate(derived=DERIVED_EPISODE_FIELDS)
         return [f"econfig: {e}" for e in episode] + self.choice_errors()
 
@@ -347,19 +327,9 @@ class Tau2TrainEnvConfig(Tau2EnvConfig):
         named += [("econfig.mix key", d) for d in self.mix or {}]
         errors += [f"{name} {d!r} must be a domain name" for name, d in named
                    if not isinstance(d, str) or not d]
-        errors += self._mix_key_errors()
-        if any(w <= 0 for w in self.domain_weights().values()):
-            errors.append(f"econfig: mix weights must be positive, got {self.mix}")
-        if not self.train_split:
-            errors.append("econfig: train_split must be set")
-        if problem := ServingEngineChoice.problem("econfig.serving_engine", self.serving_engine):
-            errors.append(problem)
-        return errors
-
-    def _mix_key_errors(self) -> list[str]:
         keys = [str(k) for k in self.mix or {} if k]
-        errors = [f"econfig.mix key {k!r} must be DOMAIN, DOMAIN@TRAIN_SPLIT or "
-                  "DOMAIN@TRAIN_SPLIT/VALID_SPLIT" for k in keys if not _MIX_KEY.fullmatch(k)]
+        errors += [f"econfig.mix key {k!r} must be DOMAIN, DOMAIN@TRAIN_SPLIT or "
+                   "DOMAIN@TRAIN_SPLIT/VALID_SPLIT" for k in keys if not _MIX_KEY.fullmatch(k)]
         domains = [mix_key(k)[0] for k in keys]
         errors += [f"econfig.mix names domain {d!r} more than once; keep one key for it"
                    for d in dict.fromkeys(domains) if domains.count(d) > 1]
@@ -367,6 +337,12 @@ class Tau2TrainEnvConfig(Tau2EnvConfig):
             errors += [f"econfig.mix key {k!r} names a validation split, and econfig.valid_split is null (no "
                        f"validation set); write {k.split('/')[0]!r}, or set econfig.valid_split"
                        for k in keys if mix_key(k)[2]]
+        if any(w <= 0 for w in self.domain_weights().values()):
+            errors.append(f"econfig: mix weights must be positive, got {self.mix}")
+        if not self.train_split:
+            errors.append("econfig: train_split must be set")
+        if problem := ServingEngineChoice.problem("econfig.serving_engine", self.serving_engine):
+            errors.append(problem)
         return errors
 
 
@@ -389,9 +365,8 @@ class Tau2PPOConfig(PPOConfig):
     """Sampling of training tasks by solve rate (`curriculum/sampler.py`); off by default."""
 
     def __post_init__(self) -> None:
-        """Fill in the derived episode settings (`DERIVED_EPISODE_FIELDS`) left unset. AReaL's
-        `load_expr_config` builds the config through `OmegaConf.to_object`, which calls this too, as
-        AReaL's own `PPOConfig.__post_init__` derives `eval_gconfig` from `gconfig`."""
+        """Fill in the derived episode settings left unset (AReaL's `load_expr_config` calls this too, as
+        its own `PPOConfig.__post_init__` derives `eval_gconfig` from `gconfig`)."""
         super().__post_init__()
         for name, derived in DERIVED_EPISODE_FIELDS.items():
             if getattr(self.econfig, name) is None:
@@ -399,38 +374,15 @@ class Tau2PPOConfig(PPOConfig):
         if not self.econfig.tau2_release:  # the controller's: every rollout worker must grade the same way
             self.econfig.tau2_release = installed_release().label
 
-    def derivation_errors(self) -> list[str]:
-        """A derived episode setting set explicitly to another value than its source's, one sentence each."""
-        errors = []
-        for name, derived in DERIVED_EPISODE_FIELDS.items():
-            value, source = getattr(self.econfig, name), derived.value(self)
-            if not _same(value, source):
-                errors.append(f"econfig.{name}={_shown(value)} contradicts {derived.source}="
-                              f"{_shown(source)}, which it follows when left unset ({derived.why}); "
-                              "drop the key")
-        return errors
-
-
-def _same(value: Any, source: Any) -> bool:
-    return math.isclose(value, source, abs_tol=1e-9) if isinstance(source, float) else value == source
-
-
-def _shown(value: Any) -> str:
-    return f"{value:g}" if isinstance(value, float) else str(value)
-
 
 @dataclass(frozen=True)
 class LoadedConfig:
     config: Tau2PPOConfig
-    argv: list[str]
-    """Effective command line (`--config` + overrides, allocation translated) for `load_expr_config`."""
+    argv: list[str]  # the effective command line (allocation translated) for `load_expr_config`
     config_file: Path
-    allocation_mode: str = ""
-    """The combined allocation string given, if any."""
-    backends: EngineBackends | None = None
-    """What `allocation_mode` was translated into."""
-    notes: tuple[str, ...] = ()
-    """Settings the loader changed on purpose, one sentence each (the plan shows them)."""
+    allocation_mode: str = ""  # the combined allocation string given, if any
+    backends: EngineBackends | None = None  # what `allocation_mode` was translated into
+    notes: tuple[str, ...] = ()  # settings the loader changed on purpose, one sentence each (the plan's)
 
 
 def override_key(override: str) -> str:
@@ -444,11 +396,6 @@ def _quote_parenthesized(override: str) -> str:
     if sep and override_key(override) in BACKEND_KEYS and "(" in value and value[:1] not in "'\"":
         return f"{key}='{value}'"
     return override
-
-
-def _explicit_backends(overrides: list[str]) -> dict[str, str]:
-    parsed = OverridesParser.create().parse_overrides(overrides)
-    return {o.key_or_group: str(o.value()) for o in parsed if o.key_or_group in BACKEND_KEYS}
 
 
 def split_config_argv(
@@ -492,9 +439,8 @@ def shown(overrides: list[str]) -> list[str]:
 
 
 def config_problem(e: BaseException) -> str:
-    """The first line of Hydra's / OmegaConf's message, after the key it is about when OmegaConf knows it
-    (its messages name the value and the type, not the key); a value outside a `Choice` as `Choice.problem`
-    words it."""
+    """The first line of Hydra's / OmegaConf's message, after the key when OmegaConf knows it (its messages
+    name the value and the type only)."""
     key = getattr(e, "full_key", None) if isinstance(e, OmegaConfBaseException) else None
     return _choice_problem(e) or _list_problem(e) or (f"{key}: {first_line(e)}" if key else first_line(e))
 
@@ -580,7 +526,7 @@ def load_config(argv: list[str]) -> LoadedConfig:
             backends = split_allocation_mode(mode)
         except ValueError as e:
             raise ConfigError(str(e)) from None
-        _check_consistent(mode, backends, _explicit_backends(overrides))
+        _check_consistent(mode, backends, overrides)
         overrides += [f"++rollout.backend='{backends.rollout}'", f"++actor.backend='{backends.train}'"]
         if raw.get("ref") is not None:
             overrides.append(f"++ref.backend='{backends.train}'")
@@ -643,10 +589,11 @@ def _tree_training_off(raw: DictConfig, overrides: list[str]) -> str:
             "bench/RESULTS.md, 'Prefix-shared (tree) training on one H100'); pp=1 and cp=1 keep it on")
 
 
-def _check_consistent(mode: str, backends: EngineBackends, explicit: dict[str, str]) -> None:
-    wanted = {"rollout.backend": backends.rollout, "actor.backend": backends.train,
-              "ref.backend": backends.train}
-    for key, given in explicit.items():
+def _check_consistent(mode: str, backends: EngineBackends, overrides: list[str]) -> None:
+    """The backends an override sets agree with those `allocation_mode` sets."""
+    wanted = dict(zip(BACKEND_KEYS, (backends.rollout, backends.train, backends.train), strict=True))
+    explicit = {o.key_or_group: str(o.value()) for o in OverridesParser.create().parse_overrides(overrides)}
+    for key, given in ((k, v) for k, v in explicit.items() if k in wanted):
         try:
             same = same_allocation(parse_backend(given), parse_backend(wanted[key]))
         except ValueError as e:

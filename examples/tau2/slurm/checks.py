@@ -7,7 +7,8 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
-from examples.tau2.lifecycle.validate import run_domain_modules, shared_paths
+from examples.tau2.episode import domain as tau2_domain
+from examples.tau2.lifecycle.validate import shared_paths
 from examples.tau2.settings.config import curriculum_outcomes_dir
 from examples.tau2.slurm import queue
 from examples.tau2.slurm.controller_job import SBATCH_ENV
@@ -18,6 +19,19 @@ REPO = Path(__file__).resolve().parents[3]
 CONTROLLER_JOB: ContextVar[JobRequest | None] = ContextVar("CONTROLLER_JOB", default=None)
 """The controller's own job when `--submit` makes it one on the workers' partition (set by
 `controller_job.check`): it holds its node too, so it is part of the layout `check_capacity` places."""
+
+
+def run_domain_modules(config: Any) -> list[tau2_domain.DomainModule]:
+    """The run's `econfig.domain_modules`, imported (none if one cannot be: the pre-flight says why)."""
+    try:
+        return tau2_domain.load_modules(config.econfig.domain_modules)
+    except tau2_domain.DomainError:
+        return []
+
+
+def installed(module: tau2_domain.DomainModule) -> bool:
+    """Whether a domain module was installed as a package (a container image must hold it), not a folder."""
+    return module.root.name in ("site-packages", "dist-packages")
 
 
 def bind_mounts(spec: Any) -> list[tuple[Path, Path]]:
@@ -139,8 +153,8 @@ def container_paths(config: Any) -> dict[str, str]:
         paths["curriculum outcomes directory"] = curriculum_outcomes_dir(config)
     if config.actor.path and Path(config.actor.path).is_dir():
         paths["actor.path"] = config.actor.path
-    for module in run_domain_modules(config.econfig):
-        if not module.installed:  # an installed one must be in the image
+    for module in run_domain_modules(config):
+        if not installed(module):  # an installed one must be in the image
             paths[f"domain module {module.name}'s folder"] = str(module.root)
     return paths
 
@@ -157,8 +171,8 @@ def check_domain_modules_importable(config: Any) -> list[str]:
     pythonpath = (spec.env_vars or {}).get("PYTHONPATH") or str(Path.cwd())
     entries = {Path(p).resolve() for p in pythonpath.split(":") if p}
     where = f"{role}.scheduling_spec[0].env_vars.PYTHONPATH={pythonpath}"
-    for m in run_domain_modules(config.econfig):
-        if m.installed:
+    for m in run_domain_modules(config):
+        if installed(m):
             errors.append(f"domain module {m.name} is installed in {m.root}, which the rollout containers "
                           "do not see; install it in the image too")
         elif m.root not in entries:

@@ -1,22 +1,13 @@
 """A GRPO group through AReaL 1.0.4's proxy: run every episode, score the group once, then export.
 
-AReaL 1.0.4's group (`GroupedRolloutWorkflow`, `areal/infra/remote_inf_engine.py`) gathers its
-`OpenAIProxyWorkflow` episodes without `return_exceptions`, and each episode hands its agent's reward
-to the proxy on its own. So one `EpisodeRejected` (a user simulator that stayed down, a timeout) fails
-the whole group, and no reward can depend on the episode's siblings. Here an episode has two phases:
-
-1. `DropRejectedProxyWorkflow.start_episode`: as AReaL's inline proxy workflow (grant capacity, proxy
-   session, agent), up to the agent's raw reward or its `EpisodeRejected`; the session stays open.
-2. `finish_episode`: the episode's training reward to its last completion (`set_last_reward`), then
-   the session is ended and exported, which frees its recorded turns on the proxy at once. Rejected
-   episodes and those of a dropped group are exported too, and return no rows.
-
-`PartialGroupWorkflow` runs phase 1 for the group's episodes, asks `episode.group.score_group` for
-the training rewards (minimum size, baseline, uniform groups), records its stats, and runs phase 2
-for each. An episode that raised anything but a rejection still fails the group, after every other
-episode's session is ended. A group of one (evaluation's default) is `DropRejectedProxyWorkflow`
-alone, with the raw reward. An episode that finished without a policy call counts as finished (its
-reward is compared) but has no rows to train.
+AReaL's `GroupedRolloutWorkflow` gathers its episodes without `return_exceptions`, and each hands its
+reward to the proxy on its own: one `EpisodeRejected` fails the whole group, and no reward can depend on
+the siblings. Here an episode has two phases: `DropRejectedProxyWorkflow.start_episode` runs it as
+AReaL's inline proxy workflow up to the agent's raw reward (or rejection), leaving the session open;
+`finish_episode` sets the training reward on its last completion, then ends and exports the session
+(freeing its turns on the proxy; a rejected or dropped episode returns no rows). `PartialGroupWorkflow`
+runs phase 1 for the group, scores it with `tau2_utils.score_group`, and runs phase 2 for each. Any
+other exception still fails the group, once every other session has ended.
 """
 
 from __future__ import annotations
@@ -35,8 +26,7 @@ from areal.infra.remote_inf_engine import GroupedRolloutWorkflow
 from areal.utils import stats_tracker
 from areal.utils.perf_tracer import session_context
 
-from examples.tau2.episode.group import DropReason, GroupRules, score_group
-from examples.tau2.tau2_utils import EpisodeRejected
+from examples.tau2.tau2_utils import MIN_GROUP_EPISODES, DropReason, EpisodeRejected, GroupRules, score_group
 
 logger = logging.getLogger("tau2_areal.groups")
 
@@ -64,10 +54,8 @@ class StartedEpisode:
     """An episode after phase 1: its agent returned a raw reward or rejected it; its session is open."""
 
     proxy: OpenAIProxyClient
-    session: AsyncExitStack
-    """Closing it ends the proxy session."""
-    reward: float | None
-    """The agent's raw reward; None: rejected."""
+    session: AsyncExitStack  # closing it ends the proxy session
+    reward: float | None  # the agent's raw reward; None: rejected
     rejection: EpisodeRejected | None = None
 
 
@@ -127,7 +115,7 @@ class DropRejectedProxyWorkflow(OpenAIProxyWorkflow):
 
 
 class PartialGroupWorkflow(GroupedRolloutWorkflow):
-    """AReaL's group of `group_size` episodes, scored as a whole by `episode.group.score_group`."""
+    """AReaL's group of `group_size` episodes, scored as a whole by `tau2_utils.score_group`."""
 
     workflow: DropRejectedProxyWorkflow
 
@@ -155,7 +143,7 @@ class PartialGroupWorkflow(GroupedRolloutWorkflow):
             raise failure
         if outcome.dropped is DropReason.TOO_FEW:
             logger.warning("group dropped: %d of %d episodes remain (fewer than %d)", outcome.kept,
-                           self.group_size, rules.min_episodes)
+                           self.group_size, MIN_GROUP_EPISODES)
         if outcome.dropped is not None:  # uniform groups are common (all failed): not worth a warning
             return None
         merged: Rows = {}

@@ -1,22 +1,15 @@
 """AReaL's proxy rendering each prompt as the serving engine's own chat server does.
 
-AReaL's proxy applies the chat template itself (`ArealOpenAI.chat.completions.create` calls the module name
-`areal.experimental.openai.client.apply_chat_template`), and its prompt differs from the one SGLang's or
-vLLM's own chat server builds for the same request (`compat/serving_render.py`), so the trainer would learn
-a prompt no server shows the policy. `install_proxy_rendering` replaces two AReaL names in the proxy process
-(`Tau2PPOTrainer`'s rollout engines call it when the proxy creates them):
+AReaL's proxy applies the chat template itself, and its prompt differs from the one SGLang's or vLLM's
+server builds for the same request (`compat/serving_render.py`), so the trainer would learn a prompt no
+server shows the policy. `install_proxy_rendering` replaces two AReaL names in the proxy process (rows of
+`compat/replaced.py`): `client.apply_chat_template` becomes `ServingTemplate`, which renders with
+`serving_render.template_inputs`; `AsyncCompletionsWithReward.create` keeps the request's `tool_choice`
+(which changes SGLang's prompt, and AReaL keeps to itself) in `REQUEST_TOOL_CHOICE` while it runs.
 
-- `client.apply_chat_template` becomes `ServingTemplate`, which hands the template the messages and tools as
-  the serving engine's server would (`serving_render.template_inputs`). It checks that the name is still
-  AReaL's `hf_utils.apply_chat_template` first, so another AReaL fails loudly.
-- `AsyncCompletionsWithReward.create` is wrapped so that the request's `tool_choice` (which changes the
-  served prompt: SGLang renders no tools for `none`, only the named one for a named choice, and AReaL keeps it
-  to itself) is in `REQUEST_TOOL_CHOICE`, a context variable, while it runs, where `ServingTemplate` reads it.
-
-The serving engine comes from `SERVING_ENGINE_ENV` in the rollout workers' environment (the proxies they
-fork inherit it). With `PARITY_RECORD_ENV` set, every rendered request is appended to
-`<dir>/requests-<pid>.jsonl` with the policy version that served it, so a check can compare it with the
-live server (`cpu.parity`).
+The engine comes from `SERVING_ENGINE_ENV` in the rollout workers' environment (their proxies inherit
+it); with `PARITY_RECORD_ENV` set, every rendered request is appended to `<dir>/requests-<pid>.jsonl`
+with the policy version that served it, for `cpu.parity` to compare with the live server.
 """
 
 from __future__ import annotations
@@ -25,16 +18,14 @@ import contextvars
 import functools
 import inspect
 import json
-import logging
 import os
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from examples.tau2.compat import UnsupportedVersion
 from examples.tau2.compat.serving_render import ServingEngine, template_inputs
-
-logger = logging.getLogger("tau2_areal.serving")
 
 SERVING_ENGINE_ENV = "TAU2_SERVING_ENGINE"
 """`sglang` or `vllm`: whose prompt the proxy renders; `areal`: AReaL's own rendering (parity off)."""
@@ -56,22 +47,16 @@ TOOL_CHOICE_WRAPPER = "_tau2_keeps_tool_choice"
 """Marks the wrapped `create`, so that installing twice never wraps it twice."""
 
 
-def _tool_choice_value(tool_choice: Any) -> Any:
-    """The request's `tool_choice`, `auto` when omitted (the OpenAI SDK's `NOT_GIVEN`, or None)."""
-    from openai import NotGiven
-
-    return "auto" if tool_choice is None or isinstance(tool_choice, NotGiven) else tool_choice
-
-
 def keeping_tool_choice(create: Any) -> Any:
-    """AReaL's `create`, with the request's `tool_choice` in `REQUEST_TOOL_CHOICE` while it runs.
-
-    `functools.wraps` keeps its signature visible, which AReaL's proxy reads to pick the arguments it passes.
-    """
+    """AReaL's `create`, with the request's `tool_choice` (`auto` when omitted: None or the SDK's
+    `NOT_GIVEN`) in `REQUEST_TOOL_CHOICE` while it runs. `functools.wraps` keeps its signature visible,
+    which AReaL's proxy reads to pick the arguments it passes."""
+    from openai import NotGiven
 
     @functools.wraps(create)
     async def create_keeping_tool_choice(self: Any, *args: Any, **kwargs: Any) -> Any:
-        token = REQUEST_TOOL_CHOICE.set(_tool_choice_value(kwargs.get("tool_choice")))
+        choice = kwargs.get("tool_choice")
+        token = REQUEST_TOOL_CHOICE.set("auto" if choice is None or isinstance(choice, NotGiven) else choice)
         try:
             return await create(self, *args, **kwargs)
         finally:
@@ -89,10 +74,9 @@ def _areal_create(completions: type) -> Any:
                and getattr(original, "__qualname__", "") == "AsyncCompletionsWithReward.create"
                and "tool_choice" in inspect.signature(original).parameters)
     if not audited:
-        raise UnsupportedVersion(
-            "areal.experimental.openai.client.AsyncCompletionsWithReward.create is no longer the coroutine "
-            "taking `tool_choice` that examples/tau2/training/served_prompt.py wraps: audit it for this "
-            "AReaL")
+        raise UnsupportedVersion("areal.experimental.openai.client.AsyncCompletionsWithReward.create is no "
+                                 "longer the coroutine taking `tool_choice` that examples/tau2/training/"
+                                 "served_prompt.py wraps: audit it for this AReaL")
     return original
 
 
@@ -113,14 +97,14 @@ class RequestRecorder:
             f.write(line + "\n")
 
 
+@dataclass(eq=False)  # compared and hashed by identity, as AReaL's function
 class ServingTemplate:
     """AReaL's `apply_chat_template`, fed the messages and tools as `engine`'s server builds them for the
-    request's `tool_choice`."""
+    request's `tool_choice` (None: as AReaL does)."""
 
-    def __init__(self, engine: ServingEngine | None, original: Any, recorder: RequestRecorder | None):
-        self.engine = engine
-        self.original = original
-        self.recorder = recorder
+    engine: ServingEngine | None
+    original: Any
+    recorder: RequestRecorder | None
 
     def __call__(self, tokenizer: Any, messages: list[dict[str, Any]], *, tools: Any = None,
                  **kwargs: Any) -> Any:
@@ -136,9 +120,7 @@ class ServingTemplate:
 def install_proxy_rendering(engine: ServingEngine | None, record_dir: str | None = None,
                             rollout_engine: Any = None) -> None:
     """Make AReaL's proxy (this process) render prompts as `engine`'s server does; None: AReaL's own.
-
-    Idempotent; `record_dir` also records every rendered request (with `rollout_engine`'s version).
-    """
+    Idempotent; `record_dir` also records every rendered request (with `rollout_engine`'s version)."""
     from areal.experimental.openai import client
     from areal.utils import hf_utils
 

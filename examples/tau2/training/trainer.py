@@ -1,23 +1,14 @@
 """`Tau2PPOTrainer`: AReaL 1.0.4's `PPOTrainer` with every change this project makes to AReaL's behaviour.
 
-AReaL's loop, engines and proxy run as shipped except for the names in `compat/replaced.py`'s `AREAL`
-table: each row is an AReaL name replaced, by what, why, and the tests that pin it, and
-tests/compat/test_replaced.py fails when the package replaces an AReaL name the table does not list, or
-when the AReaL name or its parameters moved. Moving to another AReaL release is auditing that file.
-The installed release is checked in each process that replaces anything (`compat.require_areal`, the one
-place that names it): pre-flight validation, this trainer, the rollout engines (in the rollout workers and
-the proxies they fork), the CPU actor, the SFT trainer and the vLLM CPU launcher.
-
-What changes, in the order an episode meets it:
-- the proxy renders each prompt as the serving engine's chat server does (`training/served_prompt.py`),
-  so the trainer learns the prompt the policy was served;
-- a GRPO group is scored as one object (`episode/group.py`): a rejected episode drops only itself;
+AReaL runs as shipped except for the names in `compat/replaced.py`'s `AREAL` table (each with what
+replaces it, why, and the tests that pin it; tests/compat/test_replaced.py fails when that table and the
+code or AReaL disagree). What changes, in the order an episode meets it:
+- the proxy renders each prompt as the serving engine's chat server does (`training/served_prompt.py`);
+- a GRPO group is scored as one object (`tau2_utils.py`): a rejected episode drops only itself;
 - recover saves are atomic and made after the step's stats are committed (`lifecycle/recover.py`);
-- a dead inference server or an ended SLURM job stops the run (`lifecycle/watchdog.py`), and a stop
-  request (`lifecycle.watchdog.CONTROL`: SLURM's warning before a time limit) saves and stops at the
-  step's end;
-- the add-ons the config turns on (`settings/addons.py`) give the scheduler (`scheduler.type=slurm`:
-  `slurm/scheduler.py`) and the training dataloader (`curriculum.enabled`: tasks by solve rate).
+- a dead inference server or an ended SLURM job stops the run, and a stop request (`lifecycle.watchdog`)
+  saves and stops at the step's end;
+- the add-ons the config turns on (`settings/addons.py`) give the scheduler and the training dataloader.
 """
 
 from __future__ import annotations
@@ -55,13 +46,8 @@ logger = logging.getLogger("tau2_areal.trainer")
 
 
 class Tau2PPOTrainer(PPOTrainer):
-    """AReaL's `PPOTrainer` for τ² episodes: served-prompt rendering, partial GRPO groups, kill-safe saves,
-    the curriculum sampler and the project's SLURM scheduler (each AReaL name it replaces is a row of
-    `compat/replaced.py`'s `AREAL` table).
-
-    `parity_record_dir`, when given, makes the proxies record every prompt they render there (the smoke
-    run compares them with the server's own rendering at every step).
-    """
+    """AReaL's `PPOTrainer` for τ² episodes (see the module). `parity_record_dir`: the proxies record every
+    prompt they render there (the smoke run compares them with the server's own rendering)."""
 
     server_dead_after_s: float = 15.0
     """Refused connections for this long make an inference server dead: a refusal means nothing listens on
@@ -76,8 +62,8 @@ class Tau2PPOTrainer(PPOTrainer):
         self.parity_record_dir = parity_record_dir  # read by _init_rollout, inside AReaL's __init__
         self._deferred_recover_save: tuple[int, int, int] | None = None
         super().__init__(config, train_dataset=train_dataset, valid_dataset=valid_dataset)
+        from examples.tau2.lifecycle.reaper import discard_swanlab_run
         from examples.tau2.lifecycle.recover import AtomicRecoverHandler, SaveWhenAsked
-        from examples.tau2.runtime.leftovers import discard_swanlab_run
 
         discard_swanlab_run()  # the folder of the stats logger's SwanLab run, outside the run's
 
@@ -109,31 +95,25 @@ class Tau2PPOTrainer(PPOTrainer):
         """The rollout engine of `rollout.backend`, with the served-prompt rendering and partial groups."""
         return {"sglang": Tau2SGLangEngine, "vllm": Tau2vLLMEngine}[self.rollout_alloc.backend]
 
-    def serving_env(self) -> dict[str, str]:
-        """What the rollout workers (and the proxies they fork) read: whose prompt to render, where to
-        record it."""
-        engine = serving_engine_name(self.config.econfig.serving_engine, self.rollout_alloc.backend)
-        env = {SERVING_ENGINE_ENV: engine}
-        if self.parity_record_dir:
-            env[PARITY_RECORD_ENV] = self.parity_record_dir
-        return env
-
     def _init_rollout(self, rollout_config: InferenceEngineConfig, is_eval: bool = False,
                       lora_path: str | None = None) -> Any:
         """AReaL's `_init_rollout` (rl_trainer.py:1005; single controller, no LoRA) with
-        `rollout_engine_class` and `serving_env`, and no evaluation rollout for a run that never validates
-        (no validation data loader, which AReaL sets up just before): AReaL builds one whenever it is not in
-        online mode (rl_trainer.py ~312), a forked worker per server plus, once proxies start, its proxy,
-        that nothing would ever use (what that costs a CPU smoke run: bench/RESULTS.md, "Smoke run without
-        the unused evaluation workers"). AReaL checks `eval_rollout is None` wherever it uses it."""
+        `rollout_engine_class`, the workers told whose prompt to render (and where to record it), and no
+        evaluation rollout for a run without a validation dataloader: AReaL would start a worker and a
+        proxy per server that nothing uses (bench/RESULTS.md, "Smoke run without the unused evaluation
+        workers"); it checks `eval_rollout is None` where used."""
         if is_eval and getattr(self, "valid_dataloader", None) is None:
             return None
         if lora_path is not None or not is_single_controller() or rollout_config._version == "v2":
             raise NotImplementedError("the serving-engine rendering runs on AReaL's single controller "
                                       "(scheduler.type local or slurm), without LoRA or the v2 controller")
         config = deepcopy(rollout_config)
+        env = {SERVING_ENGINE_ENV: serving_engine_name(self.config.econfig.serving_engine,
+                                                       self.rollout_alloc.backend)}
+        if self.parity_record_dir:
+            env[PARITY_RECORD_ENV] = self.parity_record_dir
         for spec in config.scheduling_spec:
-            spec.env_vars = {**(spec.env_vars or {}), **self.serving_env()}
+            spec.env_vars = {**(spec.env_vars or {}), **env}
         if is_eval:  # as AReaL: no off-policyness bound, colocated with the rollout servers
             config.max_head_offpolicyness = int(1e12)
             config.scheduling_strategy = SchedulingStrategy(
@@ -152,10 +132,8 @@ class Tau2PPOTrainer(PPOTrainer):
             server_args = vLLMConfig.build_args(vllm_config=self.config.vllm, tp_size=parallel.tp_size,
                                                 pp_size=parallel.pp_size)
         controller = self.rollout_engine_class().as_controller(config, self.scheduler)
-        init_kwargs: dict[str, Any] = dict(role="rollout", server_args=server_args)
-        if is_eval:
-            init_kwargs.update(server_infos=self.rollout.server_infos, role="eval-rollout")
-        controller.initialize(**init_kwargs)
+        evaluation = dict(role="eval-rollout", server_infos=self.rollout.server_infos) if is_eval else {}
+        controller.initialize(**{"role": "rollout", "server_args": server_args, **evaluation})
         return controller
 
     def train(self, *args: Any, **kwargs: Any) -> Any:
@@ -184,16 +162,14 @@ class Tau2PPOTrainer(PPOTrainer):
                 if jobs is not None and jobs.failure:
                     raise WorkerJobEnded(jobs.failure) from None
                 if servers_watched.failure:  # its job may have ended with it: that is the cause
-                    ended = self._ended_job_sentence(ended_job)
-                    if ended:
+                    if ended := self._ended_job_sentence(ended_job):
                         raise WorkerJobEnded(ended) from None
                     raise InferenceServerDied(servers_watched.failure) from None
                 if CONTROL.stop_reason:
                     raise StopRequested(f"{CONTROL.stop_reason}; stopped before the step's end") from None
                 raise
             except Exception as e:  # a call to a worker whose job ended may fail before the watchdog looks
-                ended = self._ended_job_sentence(ended_job)
-                if ended and not isinstance(e, WorkerJobEnded):
+                if (ended := self._ended_job_sentence(ended_job)) and not isinstance(e, WorkerJobEnded):
                     raise WorkerJobEnded(ended) from e
                 raise
             CONTROL.finished = True
@@ -202,31 +178,27 @@ class Tau2PPOTrainer(PPOTrainer):
     @staticmethod
     def _ended_job_sentence(ended_job: Any) -> str:
         """The job watchdog's sentence about an ended worker job, now ('' when none, or SLURM cannot say)."""
-        if ended_job is None:
-            return ""
         try:
-            return ended_job() or ""
+            return (ended_job() or "") if ended_job is not None else ""
         except Exception:  # noqa: BLE001 - SLURM busy: the run's own exception stands
             return ""
 
     def __exit__(self, exc_type: Any, exc_value: Any, traceback: Any) -> bool:
         """AReaL's clean-up; while an exception propagates, a failure of the clean-up itself (e.g. a call to
         workers whose job has ended) is logged, not raised over it: the first cause is the one to see."""
-        if exc_type is None:
-            return super().__exit__(exc_type, exc_value, traceback)
         try:
             return super().__exit__(exc_type, exc_value, traceback)
         except Exception as cleanup:  # noqa: BLE001 - the run's own exception goes on
+            if exc_type is None:
+                raise
             first = (str(cleanup).strip().splitlines() or [""])[0]
             logger.warning("the clean-up after %s failed too: %s: %s", exc_type.__name__,
                            type(cleanup).__name__, first)
             return False
 
     def _save_hf(self, epoch: int, epoch_step: int, global_step: int) -> None:
-        """AReaL's save when `saver.freq_*` is due, and always after the run's last step: AReaL saves only
-        when a frequency is due, so a run whose steps end between two due saves (a domain with fewer tasks
-        than the config was written for, a step count that is no multiple of `freq_steps`) would end
-        without its trained policy."""
+        """AReaL's save when `saver.freq_*` is due, and always after the run's last step: a run whose steps
+        end between two due saves would otherwise end without its trained policy."""
         if global_step + 1 >= self._total_steps():
             self.saver.freq_ctl.save_next()
         super()._save_hf(epoch, epoch_step, global_step)
@@ -270,9 +242,8 @@ class Tau2PPOTrainer(PPOTrainer):
 
 
 class Tau2InfEngine(RemoteInfEngine):
-    """AReaL's `RemoteInfEngine` whose agent workflows are `DropRejectedProxyWorkflow`s, grouped by
-    `PartialGroupWorkflow` (episode/group.py). Other workflows (AReaL's own `RolloutWorkflow`s) resolve
-    as in AReaL."""
+    """AReaL's `RemoteInfEngine` whose inline agent workflows are `DropRejectedProxyWorkflow`s, grouped by
+    `PartialGroupWorkflow`; other workflows resolve as in AReaL."""
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -298,10 +269,8 @@ class Tau2InfEngine(RemoteInfEngine):
 
 
 class Tau2RolloutEngine:
-    """Put before AReaL's `RemoteSGLangEngine` / `RemotevLLMEngine` (which delegate everything to a
-    `RemoteInfEngine`): they delegate to a `Tau2InfEngine` with the backend of `rollout_backend`, and
-    creating one (in a rollout worker, and in the proxy process it forks) installs the served-prompt
-    rendering."""
+    """Put before AReaL's `RemoteSGLangEngine` / `RemotevLLMEngine`: they delegate to a `Tau2InfEngine`
+    instead, and creating one (in a rollout worker, and in the proxy it forks) installs the rendering."""
 
     _engine: RemoteInfEngine
 
