@@ -102,12 +102,12 @@ def run(loaded: LoadedConfig) -> None:
 
     config, train, valid = prepare(loaded)
     apply_tracking_env(config)
-    prepare_resume(config)
-    call = train_call(config, with_validation=valid is not None)
     # The reaper stops AReaL's workers if this process is killed (they would outlive it).
-    with registered(config), reaper_running(config), Tau2PPOTrainer(
-            config, train_dataset=train, valid_dataset=valid) as trainer:
-        trainer.train(**call)
+    with registered(config), reaper_running(config):
+        prepare_resume(config)
+        call = train_call(config, with_validation=valid is not None)
+        with Tau2PPOTrainer(config, train_dataset=train, valid_dataset=valid) as trainer:
+            trainer.train(**call)
 
 
 def prepare(loaded: LoadedConfig):
