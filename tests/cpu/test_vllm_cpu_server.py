@@ -173,10 +173,19 @@ def test_disk_weight_update_reaches_the_running_server(tmp_path):
         log.close()
 
 
-def test_vllm_is_asked_for_the_sampled_distributions_logprobs_and_a_small_kv_cache():
+def test_vllm_is_asked_for_the_sampled_distributions_logprobs_and_a_kv_cache_sized_by_the_model(tmp_path):
+    """The tiny model gets the 128 MiB floor; a Qwen3-0.6B-shaped one what a 4,096-token request needs
+    (28 layers x 8 KV heads x 128 x 2 x 4 bytes = 229,376 a token); an unreadable model, vLLM's own."""
     from examples.tau2.cpu.vllm_cpu_server import with_cpu_defaults
 
-    argv = ["launcher", "--model", "m", "--port", "1"]
+    tiny, qwen = tmp_path / "tiny", tmp_path / "qwen"
+    for path, shape in ((tiny, (64, 4, 2, 2, None)), (qwen, (1024, 16, 8, 28, 128))):
+        path.mkdir()
+        hidden, heads, kv_heads, layers, head_dim = shape
+        (path / "config.json").write_text(json.dumps({
+            "hidden_size": hidden, "num_attention_heads": heads, "num_key_value_heads": kv_heads,
+            "num_hidden_layers": layers, "head_dim": head_dim, "max_position_embeddings": 40960}))
+    argv = ["launcher", "--model", str(tiny), "--max-model-len", "4096", "--dtype", "float32", "--port", "1"]
     processed, cache = ["--logprobs-mode", "processed_logprobs"], ["--kv-cache-memory-bytes", str(128 << 20)]
     assert with_cpu_defaults(argv, {}) == [*argv, *processed, *cache]
     for named in (["--logprobs-mode", "raw_logprobs"], ["--logprobs-mode=raw_logprobs"]):
@@ -184,3 +193,10 @@ def test_vllm_is_asked_for_the_sampled_distributions_logprobs_and_a_small_kv_cac
     for named in (["--kv-cache-memory-bytes", "1"], ["--kv-cache-memory-bytes=1"]):
         assert with_cpu_defaults([*argv, *named], {}) == [*argv, *named, *processed]
     assert with_cpu_defaults(argv, {"VLLM_CPU_KVCACHE_SPACE": "2"}) == [*argv, *processed]  # vLLM's own, GiB
+    for model, length, dtype, size in ((qwen, ["--max-model-len", "4096"], "float32", 229_376 * 4096),
+                                       (qwen, ["--max-model-len=4096"], "bfloat16", 114_688 * 4096),
+                                       (qwen, [], "float32", 229_376 * 40960),  # the model's own context
+                                       (tmp_path / "none", ["--max-model-len", "4096"], "float32", None)):
+        given = ["launcher", "--model", str(model), *length, "--dtype", dtype]
+        expected = [] if size is None else ["--kv-cache-memory-bytes", str(size)]
+        assert with_cpu_defaults(given, {}) == [*given, *processed, *expected], (model, length, dtype)

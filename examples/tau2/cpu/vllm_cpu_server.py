@@ -20,9 +20,10 @@ adapts four things in its own process and then executes AReaL's module as `__mai
 behaviour policy's and the trainer recomputes it at `actor.temperature`; vLLM's default returns the
 *raw* (temperature 1) logprobs, so at any other temperature the two disagree token by token (measured at
 0.7: per-token ratios 0.002..2.2, failing the smoke check). Processed logprobs are those of the
-distribution actually sampled. Second `--kv-cache-memory-bytes` at `KV_CACHE_BYTES` (128 MiB), unless
-`VLLM_CPU_KVCACHE_SPACE` sets it in whole GiB: the tiny model's 131,072 tokens, 32 requests of 4,096 (the
-CPU server holds its cache resident: 1 GiB cost 0.9 GiB more memory per server, bench/RESULTS.md).
+distribution actually sampled. Second `--kv-cache-memory-bytes`, unless `VLLM_CPU_KVCACHE_SPACE` sets it
+in whole GiB: `kv_cache_bytes`, what one request of `--max-model-len` needs of the model, at least 128 MiB
+(the tiny model's 131,072 tokens; the CPU server holds its cache resident: 1 GiB cost 0.9 GiB more memory
+per server, bench/RESULTS.md).
 
 Nothing is changed on import: only `main()` applies the adaptations. The pinned vLLM and AReaL
 versions are checked first, so another release fails with one clear sentence instead of a missing
@@ -32,10 +33,12 @@ route.
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import runpy
 import sys
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from examples.tau2.compat import UnsupportedVersion, require_areal
@@ -91,20 +94,45 @@ def adapt_pause_generation() -> None:
 
 
 KV_CACHE_BYTES = 128 << 20
+"""The smallest KV cache the launcher asks for."""
 
 
-def _names(argv: list[str], flag: str) -> bool:
-    return any(a == flag or a.startswith(flag + "=") for a in argv)
+def _value(argv: list[str], flag: str) -> str | None:
+    """The value of `flag` in `argv` (`--flag v` or `--flag=v`), '' when it stands alone, else None."""
+    for i, a in enumerate(argv):
+        if a == flag:
+            return argv[i + 1] if i + 1 < len(argv) else ""
+        if a.startswith(flag + "="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def kv_cache_bytes(model: str, max_model_len: str | None, dtype: str) -> int | None:
+    """One request of `max_model_len` tokens (else the model's own context) of `model`'s keys and values,
+    at least `KV_CACHE_BYTES`; None when its `config.json` cannot be read (vLLM then sizes the cache)."""
+    try:
+        cfg = json.loads((Path(model) / "config.json").read_text())
+        cfg = cfg.get("text_config") or cfg
+        heads = int(cfg["num_attention_heads"])
+        kv_heads, layers = int(cfg.get("num_key_value_heads") or heads), int(cfg["num_hidden_layers"])
+        head_dim = int(cfg.get("head_dim") or int(cfg["hidden_size"]) // heads)
+        tokens = int(max_model_len or cfg["max_position_embeddings"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    per_token = 2 * layers * kv_heads * head_dim * (4 if dtype in ("float32", "float") else 2)
+    return max(KV_CACHE_BYTES, per_token * tokens)
 
 
 def with_cpu_defaults(argv: list[str], env: Mapping[str, str]) -> list[str]:
-    """`argv` asking vLLM for the sampled distribution's logprobs and a KV cache sized for the tiny model,
+    """`argv` asking vLLM for the sampled distribution's logprobs and a KV cache sized by `kv_cache_bytes`,
     each unless `argv` (or, for the cache, `VLLM_CPU_KVCACHE_SPACE` in `env`) sets it already."""
     argv = list(argv)
-    if not _names(argv, "--logprobs-mode"):
+    if _value(argv, "--logprobs-mode") is None:
         argv += ["--logprobs-mode", "processed_logprobs"]
-    if not _names(argv, "--kv-cache-memory-bytes") and not env.get("VLLM_CPU_KVCACHE_SPACE"):
-        argv += ["--kv-cache-memory-bytes", str(KV_CACHE_BYTES)]
+    if _value(argv, "--kv-cache-memory-bytes") is None and not env.get("VLLM_CPU_KVCACHE_SPACE"):
+        size = kv_cache_bytes(_value(argv, "--model") or "", _value(argv, "--max-model-len"),
+                              _value(argv, "--dtype") or "auto")
+        argv += ["--kv-cache-memory-bytes", str(size)] if size is not None else []
     return argv
 
 
