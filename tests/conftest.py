@@ -4,22 +4,26 @@ Every test starts from an unpredictable `random` state (`fresh_random_state`), a
 AReaL 1.0.4 seeds Python's `random` with `config.seed` before it picks free ports at random, so code that
 runs after a seeded test in this process would otherwise pick the ports a trainer it starts is about to
 bind. For the same reason two AReaL runs of one config started at once pick the same ports: the tests
-that start AReaL's processes (`AREAL_PROCESS_GROUPS`) run as one unit per seed on one pytest-xdist
-worker, handed out before the other tests (`GroupsFirstScheduling`, with `--dist loadgroup`), and hold one
-lock file per seed while they run (`one_areal_run_per_seed`), which also keeps two suites run side by
-side on one machine apart.
+that start AReaL's processes (`AREAL_PROCESS_GROUPS`) run in groups, each group on one pytest-xdist
+worker, handed out before the other tests (`GroupsFirstScheduling`, with `--dist loadgroup`), and hold their
+group's lock file while they run (`one_areal_run_per_seed`), which also keeps two suites run side by side
+on one machine apart. A test that takes much memory (a whole training run, a vLLM server) says how much
+(`@pytest.mark.memory(gib=...)`) and waits until the suites' other such tests leave it that much.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
+import json
 import os
 import random
 import shutil
 import signal
 import socket
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -56,21 +60,17 @@ AREAL_PROCESS_GROUPS = {
     ("tests/lifecycle/test_reaper.py::"
      "test_the_reaper_stops_the_workers_of_a_killed_controller"): "areal-processes",  # a killed controller
     "tests/sft/test_train.py": "areal-processes",            # AReaL's SFT trainer under torchrun
-    "tests/slurm/test_smoke_on_slurm.py": "areal-slurm",     # the requeue run through SLURM, its own seed
-    # the smoke run on domains of other sizes: seed 9 (tests/cpu/test_smoke_shapes.py), beside the others
-    **{f"tests/cpu/test_smoke_shapes.py::{test}": "areal-shapes" for test in (
+    # the smoke run on domains of other sizes: seed 9 (tests/cpu/test_smoke_shapes.py)
+    **{f"tests/cpu/test_smoke_shapes.py::{test}": "areal-processes" for test in (
         "test_the_smallest_domain_is_refused_then_runs_with_the_named_override",
-        "test_an_odd_sized_domain_without_splits_trains_across_epochs")},
-    # the failed start through SLURM: a seed and a cluster of its own, so it runs beside the requeue run
-    ("tests/slurm/test_smoke_on_slurm.py::"
-     "test_a_run_that_fails_at_start_is_requeued_twice_then_stops_with_the_cause"): "areal-slurm-start",
-    # the trainer's job pending on a busy node: a seed and a cluster of its own
-    ("tests/slurm/test_smoke_on_slurm.py::"
-     "test_a_run_whose_trainer_job_pends_waits_for_it_and_passes_without_a_requeue"): "areal-slurm-pending",
+        "test_an_odd_sized_domain_without_splits_trains_across_epochs_and_leaves_nothing_behind")},
+    # the requeue run, the failed start and the pending trainer through SLURM: seeds and clusters of their own
+    "tests/slurm/test_smoke_on_slurm.py": "areal-slurm",
 }
 """The tests that start AReaL's own processes (a module's path, or one test's id) and their xdist group (see
-the module docstring); a test's own entry wins over its module's. Each group uses a seed of its own, so the
-groups may run at once."""
+the module docstring); a test's own entry wins over its module's. Each group uses seeds of its own, so the
+groups may run at once. Every whole training run is in one of the two groups: at most two run at once, which
+is what 24 GiB holds (`MEMORY_RESERVE_GIB`), and the third worker runs the other tests meanwhile."""
 
 
 def areal_group_of_node(nodeid: str) -> str | None:
@@ -121,6 +121,63 @@ class GroupsFirstScheduling(LoadGroupScheduling):
 @pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's: the suite also runs with `-p no:xdist`
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> LoadGroupScheduling | None:
     return GroupsFirstScheduling(config, log) if config.getvalue("dist") == "loadgroup" else None
+
+
+MEMORY_RESERVE_GIB = 3.5
+"""What the tests marked `memory` leave of the machine's memory to the rest: the pytest workers, the tests
+around them. A whole smoke run peaks near 10 GiB (bench/RESULTS.md, "Memory of a smoke run"): on 24 GiB two
+run at once, never three (with three at once the kernel's OOM killer took a trainer)."""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
+@contextlib.contextmanager
+def memory_reserved(gib: float, budget_gib: float, ledger: Path) -> Iterator[None]:
+    """Hold `gib` in `ledger` (this process's entry, shared by every pytest process of this user) until the
+    block ends; wait while the live holders' and `gib` would pass `budget_gib` (a lone holder may)."""
+    lock = ledger.with_suffix(".lock")
+
+    def update(change: Any) -> bool:
+        with lock.open("w") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            held = json.loads(ledger.read_text()) if ledger.is_file() else {}
+            held = {pid: g for pid, g in held.items() if _alive(int(pid))}
+            done = change(held)
+            ledger.write_text(json.dumps(held))
+            return done
+
+    def take(held: dict[str, float]) -> bool:
+        if held and sum(held.values()) + gib > budget_gib:
+            return False
+        held[str(os.getpid())] = gib
+        return True
+
+    while not update(take):
+        time.sleep(2)
+    try:
+        yield
+    finally:
+        update(lambda held: held.pop(str(os.getpid()), None))
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)  # outside pytest-timeout's: the wait is not the test's time
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    marker = item.get_closest_marker("memory")
+    if marker is None:
+        yield
+        return
+    total_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    ledger = Path(tempfile.gettempdir()) / f"tau2-areal-tests-memory-{os.getuid()}.json"
+    with memory_reserved(marker.kwargs["gib"], total_gib - MEMORY_RESERVE_GIB, ledger):
+        yield
 
 
 @pytest.fixture(autouse=True)

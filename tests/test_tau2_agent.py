@@ -285,7 +285,7 @@ def test_transiently_malformed_replies_recover(endpoint, policy, user):
 
 
 def test_malformed_reply_rejection_is_one_warning_line(endpoint, caplog, monkeypatch):
-    monkeypatch.setattr(tau2_agent, "_log_stats", lambda values: None)  # importing AReaL takes ~15 s
+    monkeypatch.setattr(tau2_agent, "record_stats", lambda values: None)  # importing AReaL takes ~15 s
     wf = make_workflow(endpoint, "malformed:array", llm_retries=1)
 
     async def go():
@@ -404,7 +404,7 @@ def test_a_failed_dump_write_is_logged_and_counted_and_keeps_the_episode(endpoin
     blocker = tmp_path / "not-a-directory"
     blocker.write_text("")  # dump_dir below a file: no directory can be made there (even as root)
     recorded: list[dict[str, float]] = []
-    monkeypatch.setattr(tau2_agent, "_log_stats", recorded.append)
+    monkeypatch.setattr(tau2_agent, "record_stats", recorded.append)
     wf = make_workflow(endpoint, "oracle", dump_dir=str(blocker / "dumps"))
 
     async def go() -> float:
@@ -577,7 +577,7 @@ def test_every_way_an_episode_ends_leaves_its_siblings_alone(endpoint, closed_po
     The three return their rewards whatever the fourth does. Scored, a rejected episode is left out of
     the mean and one whose dump failed is kept; any other failure fails the group
     (tests/training/test_group_workflow.py)."""
-    monkeypatch.setattr(tau2_agent, "_log_stats", lambda values: None)  # importing AReaL takes ~15 s
+    monkeypatch.setattr(tau2_agent, "record_stats", lambda values: None)  # importing AReaL takes ~15 s
     wf = make_workflow(endpoint, "oracle@50", reward_baseline="group_mean", llm_retries=0,
                        policy_seed=way == "policy_seed",
                        dump_dir=str(tmp_path / "dumps") if way == "dump_failed" else "")

@@ -1,10 +1,8 @@
 """`Tau2AgentWorkflow`: one tau2-bench episode as an AReaL 1.0.4 agent workflow.
 
-tau2's own `Orchestrator` runs the episode unchanged in a worker thread (tau2 has no async API), so the
-event loop never blocks on it; only the agent's and the user simulator's LLM calls are replaced, handed to
-the loop (`_LoopBridge`) and sent through the `http_client` AReaL passes (its proxy records the policy's
-tokens) or our own. tau2's evaluator scores every finished episode; infrastructure failures raise
-`EpisodeRejected`, which drops that episode only (`tau2_utils.score_group`)."""
+tau2's own `Orchestrator` runs the episode unchanged in a worker thread (tau2 has no async API); only the
+LLM calls are replaced, handed to the event loop (`_LoopBridge`) and sent through AReaL's `http_client`
+(its proxy records the policy's tokens) or our own. Infrastructure failures raise `EpisodeRejected`."""
 
 from __future__ import annotations
 
@@ -25,13 +23,7 @@ from typing import Any, TypeVar
 
 import httpx
 from tau2.agent.llm_agent import LLMAgent, LLMAgentState, LLMSoloAgent
-from tau2.data_model.message import (
-    AssistantMessage,
-    Message,
-    MultiToolMessage,
-    ToolMessage,
-    UserMessage,
-)
+from tau2.data_model.message import AssistantMessage, Message, MultiToolMessage, ToolMessage, UserMessage
 from tau2.data_model.simulation import RewardInfo, SimulationRun, TerminationReason
 from tau2.data_model.tasks import Task
 from tau2.environment.tool import Tool, as_tool
@@ -50,7 +42,7 @@ from examples.tau2.episode.llm import (
     to_openai_messages,
 )
 from examples.tau2.runtime.files import fingerprint
-from examples.tau2.runtime.process import setup_runtime
+from examples.tau2.runtime.process import record_stats, setup_runtime
 from examples.tau2.tau2_utils import (
     EpisodeRejected,
     EpisodeResult,
@@ -103,14 +95,14 @@ class Tau2AgentWorkflow:
         try:
             result = await self.run_episode(data, base_url=base_url, api_key=api_key, http_client=http_client)
         except EpisodeRejected as e:
-            _log_stats({f"rejected/{e.reason.value}": 1.0})
+            record_stats({f"rejected/{e.reason.value}": 1.0})
             logger.warning("tau2 %s/%s rejected (%s): %s", data.get("domain"), data.get("task_id"),
                            e.reason.value, e.detail)
             raise
         metrics = result.metrics()
         if self.config.dump_dir:
             metrics["dump_failed"] = float(bool(result.dump_error))
-        _log_stats(metrics)
+        record_stats(metrics)
         return result.reward
 
     async def run_episode(self, data: dict[str, Any], *, base_url: str, api_key: str,
@@ -195,10 +187,6 @@ class Tau2AgentWorkflow:
             if not loop.is_closed():
                 await c.aclose()
         self._clients.clear()
-
-
-# ---------------------------------------------------------------------------------------------
-# One episode, in a worker thread: build tau2's objects, run its orchestrator, score.
 
 
 def _episode_in_thread(ref: TaskRef, cfg: Tau2EnvConfig, policy: ChatEndpoint,
@@ -326,9 +314,7 @@ def _score_episode(ref: TaskRef, orch: Orchestrator, stats: _EpisodeStats, start
         tau2_run=simulation.model_copy(update={"reward_info": reward_info}).model_dump(
             mode="json", exclude={"messages"}),
         note="; ".join(n for n in (ended.detail if ended else "", eval_note) if n),
-        agent_view=agent_view(orch.agent, simulation.messages),
-        grade=grade,
-    )
+        agent_view=agent_view(orch.agent, simulation.messages), grade=grade)
 
 
 def _grade(domain: str, task: Task, solo_mode: bool, simulation: SimulationRun,
@@ -357,25 +343,10 @@ def agent_view(agent: LLMAgent | LLMSoloAgent, messages: list[Message]) -> dict[
                                 if isinstance(m, AssistantMessage) and "completion_id" in (m.raw_data or {})]}
 
 
-def _log_stats(values: dict[str, float]) -> None:
-    """Record per-episode scalars in AReaL's stats tracker (under rollout/ or eval-rollout/)."""
-    try:
-        from areal.infra import workflow_context
-        from areal.utils import stats_tracker
-
-        stats_tracker.get(workflow_context.stat_scope()).scalar(**{f"tau2/{k}": v for k, v in values.items()})
-    except Exception as e:  # evaluation outside AReaL, or not inside a rollout: nothing to record into
-        logger.debug("stats not recorded: %s", e)
-
-
 @functools.cache  # called on event loops only: `run_episode`
 def _episode_executor(max_workers: int) -> concurrent.futures.ThreadPoolExecutor:
     """One pool per size per process, made on first use. The default executor has only cpu+4 threads."""
     return concurrent.futures.ThreadPoolExecutor(max_workers, "tau2-episode")
-
-
-# ---------------------------------------------------------------------------------------------
-# tau2's agent and user simulator with their LLM call sent through our endpoints.
 
 
 class _Cancelled(Exception):

@@ -3,9 +3,7 @@
     python examples/tau2/tau2_train.py --config examples/tau2/config.yaml [+configs=VARIANT] \
         [key=value ...] [--dry-run]
 
-This process is AReaL's controller: one pre-flight pass checks the whole run (`lifecycle/validate.py`;
-`--dry-run` prints its plan and problems and starts nothing), then `PPOTrainer` starts SGLang servers,
-trainer ranks and AReaL's proxy, through which `Tau2AgentWorkflow` plays each episode.
+One pre-flight pass checks the whole run first (`lifecycle/validate.py`; `--dry-run` prints its plan).
 """
 
 from __future__ import annotations
@@ -138,12 +136,9 @@ def train_call(config: Tau2PPOConfig, with_validation: bool) -> dict[str, Any]:
     workflow = WORKFLOW
     for addon in addons.enabled(config):  # e.g. the curriculum's: the same episodes, recording outcomes
         workflow, train_kwargs = addon.train_workflow(config, workflow, train_kwargs)
-    return {
-        "workflow": workflow,
-        "workflow_kwargs": train_kwargs,
-        "eval_workflow": WORKFLOW if with_validation else None,
-        "eval_workflow_kwargs": eval_kwargs if with_validation else None,
-    }
+    return {"workflow": workflow, "workflow_kwargs": train_kwargs,
+            "eval_workflow": WORKFLOW if with_validation else None,
+            "eval_workflow_kwargs": eval_kwargs if with_validation else None}
 
 
 def workflow_kwargs(config: Tau2PPOConfig) -> tuple[dict[str, Any], dict[str, Any]]:

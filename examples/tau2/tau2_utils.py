@@ -233,8 +233,7 @@ class Tau2EnvConfig:
             ("domain_modules", not all(isinstance(m, str) and m.strip() for m in self.domain_modules),
              f"domain_modules must be module names: {self.domain_modules}"),
             ("reward_baseline", bool(baseline), baseline),
-            ("tau2_log_level", bool(log_level), log_level),
-        ]
+            ("tau2_log_level", bool(log_level), log_level)]
         return [problem for name, failed, problem in checks if failed and name not in derived]
 
     @classmethod
@@ -392,6 +391,5 @@ def score_group(raw_rewards: typing.Sequence[float | None], rules: GroupRules) -
     trained = [r for r in rewards if r is not None]
     if len(trained) < MIN_GROUP_EPISODES:
         return GroupOutcome(rewards, DropReason.TOO_FEW)
-    if rules.drop_uniform and max(trained) - min(trained) <= UNIFORM_TOLERANCE:
-        return GroupOutcome(rewards, DropReason.UNIFORM)
-    return GroupOutcome(rewards)
+    uniform = rules.drop_uniform and max(trained) - min(trained) <= UNIFORM_TOLERANCE
+    return GroupOutcome(rewards, DropReason.UNIFORM if uniform else None)

@@ -13,6 +13,7 @@ import pytest
 from bench import bench_tree_gpu
 
 
+@pytest.mark.memory(gib=10)  # the bench's trainers on a CPU (9.7 GiB measured; tests/conftest.py)
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_the_gpu_bench_runs_both_modes_on_a_cpu_and_the_tree_computes_fewer_tokens(tmp_path):

@@ -160,6 +160,7 @@ def _episodes(eval_dir: str) -> dict[tuple[str, int], tuple[float, str]]:
     return out
 
 
+@pytest.mark.memory(gib=4.5)  # two vLLM CPU servers, one at a time (4.2 GiB measured)
 @pytest.mark.slow
 def test_evaluating_one_policy_twice_replays_the_same_episodes(tmp_path: Path):
     """Seeded policy requests: two evaluations (two vLLM servers) of one policy give identical episodes,

@@ -175,6 +175,7 @@ def test_tool_choice_none_and_named_are_rendered_as_each_servers(cases, tokenize
             assert vllm == render_prompt_ids(tokenizer, ServingEngine.VLLM, c.messages, c.tools, "auto")
 
 
+@pytest.mark.memory(gib=4.5)  # a vLLM CPU server (4.4 GiB measured)
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_parity_with_a_live_vllm_server_and_its_reply_parser(tmp_path, tokenizer_dir, capsys):

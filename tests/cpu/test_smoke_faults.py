@@ -48,6 +48,7 @@ def _start_user_simulator(port: int) -> subprocess.Popen:
 USER_REJECTED = re.compile(r"^tau2 \S+ rejected \(user_endpoint\)", re.M)
 
 
+@pytest.mark.memory(gib=10)  # a whole smoke run (tests/conftest.py)
 @pytest.mark.slow
 @pytest.mark.timeout(RUN_TIMEOUT_S + 300)
 def test_user_simulator_outage_then_vllm_server_death(tmp_path):

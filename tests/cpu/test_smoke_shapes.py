@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from examples.tau2.cpu.smoke_config import MAIN_CONFIG, check_config, load_smoke_config
+from examples.tau2.cpu.tiny_model import default_cache_dir
 from examples.tau2.cpu.trainer import VLLM_PYTHON_ENV
 from tests.cpu.smoke_support import REPO, RUN_TIMEOUT_S, check_passing_run, free_port, smoke_command
 from tests.domain_shapes import write_domain
@@ -83,15 +86,17 @@ def test_epochs_set_on_the_command_line_stand_and_too_few_steps_are_refused(tmp_
     assert [e for e in errors if e.endswith("set total_train_steps=2")], errors
 
 
-def _run_guide_smoke(tmp_path: Path, domain_folder: Path, *overrides: str) -> subprocess.CompletedProcess:
+def _run_guide_smoke(tmp_path: Path, domain_folder: Path, *overrides: str,
+                     env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """docs/own_domain.md's smoke command at CI size, the domain's folder on PYTHONPATH, all under
-    `tmp_path`."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        p for p in (str(domain_folder), os.environ.get("PYTHONPATH", "")) if p)}
+    `tmp_path`, in `env` (else this process's environment)."""
+    env = dict(os.environ if env is None else env)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(domain_folder), env.get("PYTHONPATH", "")) if p)
     cmd = smoke_command(tmp_path, "seed=9", *overrides)
     return subprocess.run(cmd, cwd=REPO, env=env, text=True, capture_output=True, timeout=RUN_TIMEOUT_S)
 
 
+@pytest.mark.memory(gib=10)  # a whole smoke run (tests/conftest.py)
 @pytest.mark.slow
 @pytest.mark.timeout(2 * RUN_TIMEOUT_S)
 def test_the_smallest_domain_is_refused_then_runs_with_the_named_override(tmp_path):
@@ -111,19 +116,35 @@ def test_the_smallest_domain_is_refused_then_runs_with_the_named_override(tmp_pa
     assert summary["steps"] == 2 and "globalstep1" in summary["checkpoint"], summary["checkpoint"]
 
 
+@pytest.mark.memory(gib=10)  # a whole smoke run (tests/conftest.py)
 @pytest.mark.slow
 @pytest.mark.timeout(RUN_TIMEOUT_S + 300)
-def test_an_odd_sized_domain_without_splits_trains_across_epochs(tmp_path):
-    """Five tasks and no splits: two steps an epoch in batches of two, so three steps take two epochs."""
-    folder = tmp_path / "domains"
+def test_an_odd_sized_domain_without_splits_trains_across_epochs_and_leaves_nothing_behind(tmp_path):
+    """Five tasks and no splits: two steps an epoch in batches of two, so three steps take two epochs. The
+    run has a home and a temporary folder of its own: it leaves nothing there (AReaL's trainer and stats
+    logger, its workers, the vLLM server) but torch's compile cache."""
+    folder, home = tmp_path / "domains", tmp_path / "home"
+    home.mkdir()
     split = write_domain(folder, "odd_desk", "odddesk", 5, n_test=0, splits=False)
-    done = _run_guide_smoke(tmp_path / "run", folder, "econfig.domain=odddesk",
-                            "econfig.domain_modules=[odd_desk]", f"econfig.train_split={split}",
-                            "total_train_steps=3")
+    # short: vLLM's sockets go in the run's folder inside it, and a socket's path takes at most 107 bytes
+    temp = Path(tempfile.mkdtemp(prefix="tau2-lt-", dir="/tmp"))
+    env = {k: v for k, v in os.environ.items() if k not in ("XDG_CACHE_HOME", "TORCHINDUCTOR_CACHE_DIR")}
+    try:
+        done = _run_guide_smoke(tmp_path / "run", folder, "econfig.domain=odddesk",
+                                "econfig.domain_modules=[odd_desk]", f"econfig.train_split={split}",
+                                "total_train_steps=3", f"smoke.cache_dir={default_cache_dir()}",
+                                env={**env, "HOME": str(home), "TMPDIR": str(temp)})
+        left = {str(p.relative_to(temp)) for p in temp.rglob("*")}
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
     assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-6000:])
     summary = _summary(tmp_path / "run")
     check_passing_run(summary, tmp_path / "run")
     assert summary["steps"] == 3 and "globalstep2" in summary["checkpoint"], summary["checkpoint"]
+    left = {p for p in left if not p.startswith("torchinductor_")}
+    left |= {f"~/{p.relative_to(home)}" for p in home.rglob("*") if str(p.relative_to(home)).startswith(
+        ".cache/swanlab/run-")}
+    assert left == set(), sorted(left)[:20]
 
 
 def _summary(root: Path) -> dict:

@@ -97,6 +97,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.memory(gib=4.5)  # a vLLM CPU server and the model (4.2 GiB measured)
 @pytest.mark.slow
 def test_disk_weight_update_reaches_the_running_server(tmp_path):
     """Start AReaL's server through the launcher, update weights from disk, compare with transformers."""

@@ -19,6 +19,7 @@ from areal.utils.dynamic_import import import_from_string
 from areal.utils.recover import RecoverInfo
 
 from examples.tau2.cpu.curriculum_run import RunConfig, drive, task_skills
+from examples.tau2.curriculum import addon
 from examples.tau2.curriculum.addon import CURRICULUM_WORKFLOW, CurriculumAgentWorkflow, check_curriculum
 from examples.tau2.curriculum.sampler import (
     CurriculumSampler,
@@ -137,9 +138,9 @@ def test_weighted_sample_is_without_replacement_while_it_can_be():
     ({"weights": BucketWeights(new=0)}, "curriculum.weights.new must be positive"),
 ])
 def test_config_refusals(overrides, message):
-    errors = CurriculumConfig(enabled=True, **overrides).validate()
+    errors = addon.setting_problems(CurriculumConfig(enabled=True, **overrides))
     assert len(errors) == 1 and errors[0].startswith(message), errors
-    assert CurriculumConfig(enabled=False, **overrides).validate() == []  # off: nothing to check
+    assert addon.setting_problems(CurriculumConfig(enabled=False, **overrides)) == []  # off: nothing to check
 
 
 def test_curriculum_changes_what_the_trainer_samples(airline_rows, tmp_path):

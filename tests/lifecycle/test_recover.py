@@ -39,7 +39,7 @@ from examples.tau2.lifecycle.recover import (
     trains_on,
     trim_stats,
 )
-from examples.tau2.lifecycle.validate import format_plan, survey, validate
+from examples.tau2.lifecycle.validate import format_plan, survey
 from examples.tau2.lifecycle.watchdog import CONTROL, InferenceServerDied, ServerWatchdog
 from examples.tau2.training.trainer import Tau2PPOTrainer
 from tests.tau2_train_support import clean_overrides, load, trainer_without_areal_init
@@ -209,7 +209,7 @@ def test_a_stop_request_saves_the_step_whatever_the_frequency_and_stops(monkeypa
     trainer._save_recover_checkpoint(0, 0, 0)
     trainer._export_and_commit_stats(0, 0, 0)
     assert calls == ["stats 0", "no save 0"] and control.last_step == 0 and control.first_step == 0
-    control.request_stop("SLURM's warning signal, 300 s before the time limit", within_s=60)
+    control.stop_reason = "SLURM's warning signal, 300 s before the time limit"
     trainer._save_recover_checkpoint(0, 1, 1)
     with pytest.raises(watchdog.StopRequested, match="300 s before the time limit; stopped after step 2, its "
                                                      "state saved"):
@@ -265,25 +265,14 @@ def test_a_failed_call_to_a_worker_whose_job_ended_is_that_job_ending(monkeypatc
         trainer.train()
 
 
-def test_run_control_knows_progress_and_when_a_stop_is_overdue(monkeypatch):
+def test_run_control_knows_the_steps_it_committed():
     from examples.tau2.lifecycle.watchdog import RunControl
 
     control, seen = RunControl(resumed_from=1), []
     control.on_first_step = lambda: seen.append(control.first_step)
-    assert not control.made_progress and control.overdue() == ""
     control.committed(2, saved=1)
     control.committed(3, saved=None)
-    assert seen == [2] and control.last_step == 3 and control.saved_step == 1 and not control.made_progress
-    control.committed(4, saved=4)
-    assert control.made_progress
-    control.request_stop("preempted", within_s=0.0)
-    control.request_stop("a second request keeps the first", within_s=100.0)
-    time.sleep(0.01)
-    control.saving = True  # a step's save under way: the stop waits for it
-    assert control.overdue() == ""
-    control.saving = False
-    assert control.overdue() == "preempted: the run did not reach the end of a step in time; stopping it now"
-    assert not RunControl().made_progress and RunControl(saved_step=0).made_progress
+    assert seen == [2] and control.last_step == 3 and control.saved_step == 1
 
 
 def test_watchdog_interrupts_once_a_server_has_refused_for_long_enough(monkeypatch, closed_port):
@@ -420,7 +409,7 @@ def test_shipped_configs_resume_and_pass_the_checks(tmp_path, endpoint):
     (["recover.fileroot=/elsewhere"], "recover.fileroot=/elsewhere differs from cluster.fileroot="),
 ])
 def test_recover_problems_are_one_sentence_each(tmp_path, endpoint, overrides, fragment):
-    errors = validate(load(*clean_overrides(tmp_path, endpoint.url), *overrides).config)
+    errors = survey(load(*clean_overrides(tmp_path, endpoint.url), *overrides)).problems
     assert len(errors) == 1 and fragment in errors[0] and "\n" not in errors[0], errors
 
 

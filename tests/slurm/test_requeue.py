@@ -123,6 +123,17 @@ def test_the_warning_asks_the_run_to_stop_and_interrupts_it_when_overdue(monkeyp
         signal.signal(signal.SIGUSR1, previous)
 
 
+def test_progress_and_an_overdue_stop(monkeypatch):
+    control = watchdog.RunControl(resumed_from=1, saved_step=1, saving=True)
+    monkeypatch.setattr(requeue, "CONTROL", control)
+    handler = requeue.WarningHandler(7, WarningSignal.parse("USR1@60"))
+    assert not requeue.made_progress() and handler.overdue() == ""
+    control.saved_step, control.stop_reason, handler.stop_by = 4, "preempted", 0.0  # its deadline passed
+    assert requeue.made_progress() and handler.overdue() == ""  # a save under way: the stop waits for it
+    control.saving = False
+    assert handler.overdue() == "preempted: the run did not reach the end of a step in time; stopping it now"
+
+
 @pytest.mark.parametrize(("left", "warned"), [(100.0, True), (120.0, True), (121.0, False), (None, False)])
 def test_a_warning_sent_before_the_controller_caught_it_is_found_by_the_time_left(monkeypatch, left, warned):
     """The batch script ignores the warning until Python catches it: a time limit within the grace (and

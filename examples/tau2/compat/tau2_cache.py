@@ -1,25 +1,13 @@
 """Per-process cache of what every episode of a tau2 domain shares, with tau2's exact rewards.
 
-Stock tau2 re-parses the domain's JSON per environment (airline ~0.3 s), builds two more environments
-and hashes the whole database twice per evaluation (airline ~1 s). A `DomainCache` keeps per domain the
-tasks, the tools (`ToolSet`), a `DbSnapshot` of each database that environments fork (a table database
-copies a row only when the episode asks for it by key; others are unpickled whole) and, per task, the
-digests of the gold end state (`gold_state`: the rows that differ from the snapshot with tau2's hash of
-each, so a comparison costs O(rows touched)).
-
-Why rewards are identical: digests from one snapshot are equal exactly when tau2's hashes
-(`get_dict_hash(db.model_dump())`) are, since that JSON is equal iff every table has the same keys and
-every row the same JSON (`DbSnapshot` checks that rows serialize as inside the database, and that a
-fork starts in the stock state). `environment_reward` is `EnvironmentEvaluator.calculate_reward` step
-for step and `evaluate_all` is `evaluate_simulation(EvaluationType.ALL)` line for line, for each release
-in `MIRRORED_RELEASES` (replay with the release's own `set_state`); the gold environment is built once
-per task. On another release `is_enabled()` is false and `episode.domain` uses tau2's own code.
-
-A cache belongs to a `DataFingerprint` (tau2 version, and path, size and mtime of every data file),
-re-read on every access; gold states are keyed by task id plus a hash of what they depend on. Shared
-parts are built once under a lock and never modified; a fork belongs to its episode. Memory per domain:
-the parsed database and its pickled rows (airline ~27 MiB), the tasks (telecom ~50 MiB) and at most
-`MAX_GOLD_STATES` gold digests.
+Stock tau2 re-parses the domain's JSON per environment (airline ~0.3 s) and hashes the whole database twice
+per evaluation (airline ~1 s). A `DomainCache` keeps per domain the tasks, the tools, a `DbSnapshot` of each
+database that environments fork (rows copied on access by key) and per task the gold end state's digests
+(the rows that differ from the snapshot, so a comparison costs O(rows touched)). Digests from one snapshot
+are equal exactly when tau2's hashes are; `environment_reward` and `evaluate_all` mirror tau2's evaluator
+step for step for each release in `MIRRORED_RELEASES`; on another release `is_enabled()` is false and
+`episode.domain` uses tau2's own code. A cache belongs to a `DataFingerprint` of the data files, re-read
+on every access; shared parts are built once under a lock and never modified.
 """
 
 from __future__ import annotations
@@ -29,6 +17,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import math
 import os
 import pickle
 import threading
@@ -234,21 +223,17 @@ class DbSnapshot:
         """Whether every row (or the whole database) still pickles to the bytes taken at build time."""
         if self.tables is None:
             return pickle.dumps(self.db, protocol=_PICKLE_PROTOCOL) == self._blob
-        return all(
-            table.rows.keys() == table.blobs.keys()
-            and all(pickle.dumps(table.rows[k], protocol=_PICKLE_PROTOCOL) == blob
-                    for k, blob in table.blobs.items())
-            for table in self.tables.values()
-        )
+        return all(table.rows.keys() == table.blobs.keys()
+                   and all(pickle.dumps(table.rows[k], protocol=_PICKLE_PROTOCOL) == blob
+                           for k, blob in table.blobs.items())
+                   for table in self.tables.values())
 
     def fork(self) -> DB:
         """A database in the snapshot's state that the caller may modify freely."""
         if self.tables is None:
             return pickle.loads(self._blob)
-        return type(self.db).model_construct(
-            _fields_set=set(self.db.model_fields_set),
-            **{name: ForkTable(table) for name, table in self.tables.items()},
-        )
+        tables = {name: ForkTable(table) for name, table in self.tables.items()}
+        return type(self.db).model_construct(_fields_set=set(self.db.model_fields_set), **tables)
 
     def digest(self, db: DB) -> TableDiff | str:
         """Equal digests (from one snapshot) <=> equal tau2 hashes `get_dict_hash(db.model_dump())`.
@@ -307,6 +292,12 @@ class InitialState:
         s = task.initial_state
         return cls(None, None, []) if s is None else cls(s.initialization_data, s.initialization_actions,
                                                          s.message_history or [])
+
+    def apply(self, env: Environment, history: list[Message] | None = None) -> Environment:
+        """`env` set to this start state, its messages `history` (default: the task's own), as tau2 does."""
+        env.set_state(initialization_data=self.data, initialization_actions=self.actions,
+                      message_history=self.history if history is None else history)
+        return env
 
 
 class DomainCache:
@@ -420,10 +411,7 @@ class DomainCache:
 
     def _build_gold(self, task: Task) -> Digests:
         # tau2's EnvironmentEvaluator.calculate_reward, "Setting up gold environment".
-        init = InitialState.of(task)
-        env = self.environment(solo_mode=False)
-        env.set_state(initialization_data=init.data, initialization_actions=init.actions,
-                      message_history=init.history)
+        env = InitialState.of(task).apply(self.environment(solo_mode=False))
         for action in task.evaluation_criteria.actions or []:
             try:
                 env.make_tool_call(tool_name=action.name, requestor=action.requestor, **action.arguments)
@@ -441,35 +429,21 @@ class DomainCache:
         if criteria.actions is None and criteria.env_assertions is None:
             return RewardInfo(reward=1.0, db_check=DBCheck(db_match=True, db_reward=1.0),
                               info={"note": "No expected actions or env assertions"})
-        init = InitialState.of(task)
-        predicted = self.environment(solo_mode=solo_mode)
         # The release's own replay: raises if a replayed result differs from the recorded one.
-        predicted.set_state(initialization_data=init.data, initialization_actions=init.actions,
-                            message_history=trajectory)
+        predicted = InitialState.of(task).apply(self.environment(solo_mode=solo_mode), trajectory)
         gold = self.gold_state(task)
         db_match = self.digests(predicted) == gold  # agent and user databases
-        db_reward = 1.0 if db_match else 0.0
-        db_check = DBCheck(db_match=db_match, db_reward=db_reward)
-
-        env_assertion_checks = []
-        env_assertion_reward = 1.0
-        for env_assertion in criteria.env_assertions or []:
-            success = predicted.run_env_assertion(env_assertion, raise_assertion_error=False)
-            check = EnvAssertionCheck(env_assertion=env_assertion, met=success,
-                                      reward=1.0 if success else 0.0)
-            env_assertion_checks.append(check)
-            env_assertion_reward *= check.reward
-
-        reward = 1.0
-        reward_breakdown = {}
-        if RewardType.DB in criteria.reward_basis:
-            reward_breakdown[RewardType.DB] = db_reward
-            reward *= db_reward
-        if RewardType.ENV_ASSERTION in criteria.reward_basis:
-            reward_breakdown[RewardType.ENV_ASSERTION] = env_assertion_reward
-            reward *= env_assertion_reward
-        return RewardInfo(reward=reward, db_check=db_check, env_assertions=env_assertion_checks,
-                          reward_basis=criteria.reward_basis, reward_breakdown=reward_breakdown)
+        db_check = DBCheck(db_match=db_match, db_reward=1.0 if db_match else 0.0)
+        met = [(a, predicted.run_env_assertion(a, raise_assertion_error=False))
+               for a in criteria.env_assertions or []]
+        checks = [EnvAssertionCheck(env_assertion=a, met=ok, reward=1.0 if ok else 0.0) for a, ok in met]
+        # Every part is 0 or 1, so the products are tau2's exactly.
+        parts = {RewardType.DB: db_check.db_reward,
+                 RewardType.ENV_ASSERTION: math.prod((c.reward for c in checks), start=1.0)}
+        breakdown = {kind: part for kind, part in parts.items() if kind in criteria.reward_basis}
+        reward = math.prod(breakdown.values(), start=1.0)
+        return RewardInfo(reward=reward, db_check=db_check, env_assertions=checks,
+                          reward_basis=criteria.reward_basis, reward_breakdown=breakdown)
 
 
 _caches: dict[str, DomainCache] = {}
@@ -512,17 +486,13 @@ def evaluate_all(simulation: SimulationRun, task: Task, domain: str, solo_mode: 
     action_args = {"tool_types": cache.tool_types(solo_mode)} if _UPSTREAM_EVALUATOR else {}
     action_info = ActionEvaluator.calculate_reward(task=task, full_trajectory=messages, **action_args)
     communicate_info = CommunicateEvaluator.calculate_reward(task=task, full_trajectory=messages)
-    nl_info = None
-    if _UPSTREAM_EVALUATOR:
-        if RewardType.NL_ASSERTION in basis:
-            nl_info = NLAssertionsEvaluator.calculate_reward(task=task, full_trajectory=messages)
-        evaluated = {RewardType.DB, RewardType.ENV_ASSERTION, RewardType.ACTION, RewardType.COMMUNICATE}
-        if nl_info is not None:
-            evaluated.add(RewardType.NL_ASSERTION)
-        if basis - evaluated:
-            raise ValueError(f"Task reward_basis includes {basis - evaluated} but these were not "
-                             "evaluated. evaluation_type=all")
-
+    nl_info = (NLAssertionsEvaluator.calculate_reward(task=task, full_trajectory=messages)
+               if _UPSTREAM_EVALUATOR and RewardType.NL_ASSERTION in basis else None)
+    evaluated = {RewardType.DB, RewardType.ENV_ASSERTION, RewardType.ACTION, RewardType.COMMUNICATE,
+                 RewardType.NL_ASSERTION}  # NL_ASSERTION: just above, when in the basis
+    if _UPSTREAM_EVALUATOR and basis - evaluated:  # 1.0.x's own check
+        raise ValueError(f"Task reward_basis includes {basis - evaluated} but these were not "
+                         "evaluated. evaluation_type=all")
     reward = 1.0
     breakdown = {}
     parts = [({RewardType.DB, RewardType.ENV_ASSERTION}, env_info), ({RewardType.ACTION}, action_info),

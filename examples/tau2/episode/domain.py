@@ -251,9 +251,8 @@ def make_environment(domain: str, solo_mode: bool = False) -> Environment:
 
 def state(domain: str, env: Environment) -> tuple[object, object]:
     """The agent and user databases' state: equal exactly when tau2's db hashes are (cache: rows touched)."""
-    if _cached(domain):
-        return tau2_cache.domain_cache(domain).digests(env)
-    return env.get_db_hash(), env.get_user_db_hash()
+    return (tau2_cache.domain_cache(domain).digests(env) if _cached(domain)
+            else (env.get_db_hash(), env.get_user_db_hash()))
 
 
 def tools(domain: str) -> tau2_cache.ToolSet:
@@ -299,10 +298,7 @@ def _failing_gold_action(domain: str, task_id: str) -> str:
     `EnvironmentEvaluator` replays them); else what fails first. Cached: entry points check more than once."""
     task = get_task(domain, task_id)
     try:
-        start = tau2_cache.InitialState.of(task)  # as the cache's gold state starts
-        env = make_environment(domain)
-        env.set_state(initialization_data=start.data, initialization_actions=start.actions,
-                      message_history=start.history)
+        env = tau2_cache.InitialState.of(task).apply(make_environment(domain))  # as the cache's gold state
     except Exception as e:
         return f"its initial state fails to load ({_last_line(e)})"
     for action in task.evaluation_criteria.actions or []:

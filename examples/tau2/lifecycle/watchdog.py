@@ -1,19 +1,11 @@
-"""Watchdogs that end a training run which can no longer train, instead of letting it stall.
-
-AReaL 1.0.4 watches neither its inference servers nor (on SLURM) its workers' jobs: when a server dies every
-episode is rejected and the rollout draws new groups forever (bench/RESULTS.md, "Failures during the smoke
-run"); when a job is cancelled the controller waits on it. `Tau2PPOTrainer.train` runs a `ServerWatchdog`
-(a server that refused connections for `dead_after_s` stops the run, naming it; the rerun resumes) and a
-`Watchdog` over `Tau2SlurmScheduler.ended_job` (a cancelled, failed or node-lost job stops the run).
-
-`CONTROL` is how something outside the loop asks the run to stop at its next safe point (SLURM's warning
-before a time limit, `slurm/requeue.py`) and learns which steps it committed and saved.
+"""Watchdogs that end a training run which can no longer train, instead of letting it stall: AReaL 1.0.4
+watches neither its inference servers (`ServerWatchdog`) nor its SLURM jobs (`Watchdog` over a probe).
+`CONTROL` is how something outside the loop (`slurm/requeue.py`) asks the run to stop at its next safe point.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import signal
 import socket
 import threading
@@ -35,7 +27,7 @@ class WorkerJobEnded(RuntimeError):
 
 
 class StopRequested(RuntimeError):
-    """The run stopped because it was asked to (`RunControl.request_stop`): at a step's end after saving
+    """The run stopped because it was asked to (`RunControl.stop_reason`): at a step's end after saving
     it, or wherever it was when the request's deadline passed."""
 
 
@@ -46,8 +38,6 @@ class RunControl:
 
     stop_reason: str = ""
     """Why the run was asked to stop ('' while it was not)."""
-    stop_by: float = math.inf
-    """`time.monotonic()` by which the run should have stopped; past it, `overdue` says so."""
     resumed_from: int | None = None
     """The saved step this process resumed from (None: it started at step 1, or has not got that far)."""
     first_step: int | None = None
@@ -62,16 +52,6 @@ class RunControl:
     """At a step's end, committing its stats and saving: a stop past its deadline waits for this."""
     on_first_step: Callable[[], None] | None = None
 
-    def request_stop(self, reason: str, within_s: float) -> None:
-        if not self.stop_reason:
-            self.stop_reason, self.stop_by = reason, time.monotonic() + within_s
-
-    def overdue(self) -> str:
-        """A sentence once a stop was requested and its deadline has passed, else ''."""
-        if self.stop_reason and not self.finished and not self.saving and time.monotonic() > self.stop_by:
-            return f"{self.stop_reason}: the run did not reach the end of a step in time; stopping it now"
-        return ""
-
     def committed(self, step: int, saved: int | None) -> None:
         first = self.first_step is None
         if first:
@@ -81,12 +61,6 @@ class RunControl:
             self.saved_step = saved
         if first and self.on_first_step is not None:
             self.on_first_step()
-
-    @property
-    def made_progress(self) -> bool:
-        """Whether this process saved a step beyond the one it resumed from."""
-        return self.saved_step is not None and self.saved_step > (
-            -1 if self.resumed_from is None else self.resumed_from)
 
 
 CONTROL = RunControl()
@@ -101,12 +75,13 @@ def interrupt_main_thread() -> None:
 
 
 class Watchdog:
-    """While active, calls `probe()` every `poll_s`; the first time it returns a sentence (the run cannot
-    go on), logs it and interrupts the main thread (`failure` says why). If the run is still inside the
-    block `exit_after_s` later (a job started with `&` by a non-interactive shell ignores SIGINT, and a wait
-    may swallow it), it stops every child process and exits with status 1: never a stalled run."""
+    """While active, calls `probe()` every `poll_s` (None: nothing to watch); the first time it returns a
+    sentence (the run cannot go on), logs it and interrupts the main thread (`failure` says why). If the run
+    is still inside the block `exit_after_s` later (a job started with `&` by a non-interactive shell
+    ignores SIGINT, and a wait may swallow it), it stops every child process and exits with status 1:
+    never a stalled run."""
 
-    def __init__(self, probe: Callable[[], str], poll_s: float = 5.0, exit_after_s: float = 60.0,
+    def __init__(self, probe: Callable[[], str] | None, poll_s: float = 5.0, exit_after_s: float = 60.0,
                  name: str = "tau2-watchdog"):
         self.probe, self.poll_s, self.exit_after_s = probe, poll_s, exit_after_s
         self.failure = ""
@@ -114,7 +89,8 @@ class Watchdog:
         self._thread = threading.Thread(target=self._watch, daemon=True, name=name)
 
     def __enter__(self) -> Watchdog:
-        self._thread.start()
+        if self.probe is not None:
+            self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -142,18 +118,14 @@ class Watchdog:
 
 class ServerWatchdog(Watchdog):
     """A `Watchdog` that connects to each `(host, port)` every `poll_s` and fails once one has refused
-    connections for `dead_after_s`."""
+    connections for `dead_after_s` (no addresses: it watches nothing)."""
 
     def __init__(self, addresses: list[tuple[str, int]], dead_after_s: float, poll_s: float = 5.0,
                  exit_after_s: float = 60.0):
-        super().__init__(self._dead_server, poll_s, exit_after_s, name="tau2-server-watchdog")
+        super().__init__(self._dead_server if addresses else None, poll_s, exit_after_s,
+                         name="tau2-server-watchdog")
         self.addresses, self.dead_after_s = addresses, dead_after_s
         self._down_since: dict[tuple[str, int], float] = {}
-
-    def __enter__(self) -> ServerWatchdog:
-        if self.addresses:
-            super().__enter__()
-        return self
 
     def _dead_server(self) -> str:
         for host, port in self.addresses:

@@ -13,6 +13,7 @@ import traceback
 from collections.abc import Callable
 from typing import NoReturn
 
+import psutil
 import yaml
 
 from examples.tau2.tau2_utils import Choice, Tau2LogLevel
@@ -40,8 +41,7 @@ def setup_runtime(tau2_log_level: str = "ERROR") -> None:
     none). And `yaml.dump` writes a `Choice` as its string (AReaL records the run's config with it)."""
     global _tau2_log_handler, _tau2_log_level
     yaml.add_multi_representer(Choice, lambda dumper, value: dumper.represent_str(value.value))
-    problem = Tau2LogLevel.problem("tau2_log_level", tau2_log_level)
-    if problem:
+    if problem := Tau2LogLevel.problem("tau2_log_level", tau2_log_level):
         raise ValueError(problem)
     level = str(tau2_log_level)
     if level == _tau2_log_level:
@@ -77,6 +77,18 @@ def exit_after(main: Callable[[], int]) -> NoReturn:
         hard_exit(code)
 
 
+def record_stats(values: dict[str, float], prefix: str = "tau2/") -> None:
+    """Scalars into AReaL's stats tracker (under rollout/ or eval-rollout/), each key after `prefix`; outside
+    an AReaL rollout (evaluation, tests) there is nothing to record into."""
+    try:
+        from areal.infra import workflow_context
+        from areal.utils import stats_tracker
+
+        stats_tracker.get(workflow_context.stat_scope()).scalar(**{prefix + k: v for k, v in values.items()})
+    except Exception as e:
+        logging.getLogger("tau2_areal").debug("stats not recorded: %s", e)
+
+
 def hard_exit(code: int) -> NoReturn:
     """Flush stdout and stderr, then leave at once: no atexit handlers, no waiting on leftover threads."""
     sys.stdout.flush()
@@ -84,20 +96,27 @@ def hard_exit(code: int) -> NoReturn:
     os._exit(code)
 
 
+def stop_process_trees(procs: list[psutil.Process], timeout_s: float = 5.0) -> list[int]:
+    """SIGTERM each process and its descendants, SIGKILL what is left after `timeout_s`; their pids."""
+    everything: dict[int, psutil.Process] = {}
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            everything.update((q.pid, q) for q in [p, *p.children(recursive=True)])
+    for q in everything.values():
+        with contextlib.suppress(psutil.Error):
+            q.terminate()
+    _, left = psutil.wait_procs(list(everything.values()), timeout=timeout_s)
+    for q in left:
+        with contextlib.suppress(psutil.Error):
+            q.kill()
+    psutil.wait_procs(left, timeout=timeout_s)
+    return sorted(everything)
+
+
 def stop_descendants(log: logging.Logger | None = None, timeout_s: float = 15.0) -> list[int]:
     """Terminate (then kill) every process this one started, directly or not (AReaL's workers, proxies and
     servers: for a run that fails half-way through start-up); returns their pids, logged to `log`."""
-    import psutil
-
-    children = psutil.Process().children(recursive=True)
-    for c in children:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            c.terminate()
-    _, alive = psutil.wait_procs(children, timeout=timeout_s)
-    for c in alive:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            c.kill()
-    pids = [c.pid for c in children]
+    pids = stop_process_trees(psutil.Process().children(), timeout_s)
     if pids and log is not None:
         log.info("stopped %d leftover process(es): %s", len(pids), pids)
     return pids

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 import operator
 import os
 import re
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import yaml
 from areal.api.alloc_mode import ModelAllocation
@@ -27,8 +26,6 @@ from omegaconf.errors import KeyValidationError, OmegaConfBaseException, Validat
 from examples.tau2.compat.tau2_release import installed_release
 from examples.tau2.tau2_utils import Choice, Tau2EnvConfig, choice_type, first_line
 
-T = TypeVar("T")
-
 # The old combined `allocation_mode` as AReaL 1.0.4's per-engine backends.
 INFERENCE_BACKENDS = ("sglang", "vllm")
 TRAIN_BACKENDS = ("fsdp", "megatron", "archon")
@@ -40,21 +37,6 @@ class EngineBackends:
 
     rollout: str
     train: str
-
-
-def _split_components(mode: str) -> list[str]:
-    """Split at `+` outside parentheses (the MoE hybrid syntax nests `|` in parentheses)."""
-    parts, depth, start = [], 0, 0
-    for i, ch in enumerate(mode):
-        if ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-        elif ch == "+" and depth == 0:
-            parts.append(mode[start:i].strip())
-            start = i + 1
-    parts.append(mode[start:].strip())
-    return parts
 
 
 def same_allocation(a: ModelAllocation, b: ModelAllocation) -> bool:
@@ -80,25 +62,18 @@ def split_allocation_mode(mode: str) -> EngineBackends:
     except Exception as e:
         raise ValueError(f"allocation_mode {mode!r} does not parse: {first_line(e)}") from None
     if any(a.scheduling_strategy.type == SchedulingStrategyType.colocation for a in parsed.allocations):
-        raise ValueError(
-            f"allocation_mode {mode!r} colocates engines with '|', which this training entry does not "
-            "support; give the inference and the training engine their own GPUs (`<inference>+<training>`)"
-        )
+        raise ValueError(f"allocation_mode {mode!r} colocates engines with '|', which this training entry "
+                         "does not support; give the inference and the training engine their own GPUs "
+                         "(`<inference>+<training>`)")
     inference = [a for a in parsed.allocations if a.backend in INFERENCE_BACKENDS]
     train = [a for a in parsed.allocations if a.backend in TRAIN_BACKENDS]
     if len(inference) != 1 or len(train) != 1 or len(parsed.allocations) != 2:
-        raise ValueError(
-            f"allocation_mode {mode!r} must name one inference engine ({'/'.join(INFERENCE_BACKENDS)}) "
-            f"and one training engine ({'/'.join(TRAIN_BACKENDS)}), e.g. sglang:d4t2+archon:d4p2t1"
-        )
-    components = _split_components(mode)
-    by_role: dict[str, str] = {}
-    for component in components:
-        alloc = parse_backend(component)
-        role = "rollout" if same_allocation(alloc, inference[0]) else "train"
-        if role == "train" and not same_allocation(alloc, train[0]):
-            raise ValueError(f"allocation_mode component {component!r} matches neither engine of {mode!r}")
-        by_role[role] = component
+        raise ValueError(f"allocation_mode {mode!r} must name one inference engine "
+                         f"({'/'.join(INFERENCE_BACKENDS)}) and one training engine "
+                         f"({'/'.join(TRAIN_BACKENDS)}), e.g. sglang:d4t2+archon:d4p2t1")
+    # `+` appears only between components (the MoE hybrid syntax nests `|`, never `+`).
+    by_role = {"rollout" if parse_backend(c).backend in INFERENCE_BACKENDS else "train": c
+               for c in (part.strip() for part in mode.split("+"))}
     if set(by_role) != {"rollout", "train"}:
         raise ValueError(f"allocation_mode {mode!r} does not split into one inference and one training part")
     return EngineBackends(rollout=by_role["rollout"], train=by_role["train"])
@@ -203,32 +178,6 @@ class CurriculumConfig:
     """Where the workers append episode outcomes and the controller reads them (shared storage); empty:
     `<cluster.fileroot>/tau2_curriculum/<experiment>/<trial>`."""
 
-    def validate(self) -> list[str]:
-        """Problems with the settings themselves (none are checked while disabled)."""
-        if not self.enabled:
-            return []
-        errors = []
-        if self.window < 1:
-            errors.append(f"curriculum.window must be at least 1, got {self.window}")
-        if not 1 <= self.min_attempts <= max(self.window, 1):
-            errors.append(f"curriculum.min_attempts must be between 1 and curriculum.window={self.window}, "
-                          f"got {self.min_attempts}")
-        if not 0 <= self.retire_after <= max(self.window, 0):
-            errors.append(f"curriculum.retire_after must be between 0 (never) and curriculum.window="
-                          f"{self.window}, got {self.retire_after}")
-        if not 0 < self.success_threshold <= 1:
-            errors.append(f"curriculum.success_threshold must be in (0, 1], got {self.success_threshold}")
-        if not 0 <= self.unsolved_floor < 1:
-            errors.append(f"curriculum.unsolved_floor must be in [0, 1), got {self.unsolved_floor}")
-        weights = self.weights.as_dict()
-        negative = [f"{k}={v:g}" for k, v in weights.items() if v < 0 or not math.isfinite(v)]
-        if negative:
-            errors.append(f"curriculum.weights must be finite and non-negative, got {', '.join(negative)}")
-        elif weights["new"] <= 0:
-            errors.append("curriculum.weights.new must be positive: every task starts new, so nothing could "
-                          "be sampled")
-        return errors
-
     def describe(self, outcomes_dir: str) -> str:
         """One line for the `--dry-run` plan."""
         if not self.enabled:
@@ -297,12 +246,8 @@ class Tau2TrainEnvConfig(Tau2EnvConfig):
         `mix` key when that names them, else `train_split` and `valid_split`."""
         if not self.mix:
             return {str(self.domain): (self.train_split, self.valid_split)} if self.domain else {}
-        out = {}
-        for key in self.mix:
-            domain, train, valid = mix_key(str(key))
-            out[domain] = (train or self.train_split,
-                           (valid or self.valid_split) if self.valid_split else None)
-        return out
+        return {domain: (train or self.train_split, (valid or self.valid_split) if self.valid_split else None)
+                for domain, train, valid in (mix_key(str(key)) for key in self.mix)}
 
     def episode_config(self) -> Tau2EnvConfig:
         """The part that the workflow takes; a derived field still unset (this section outside a
@@ -393,14 +338,11 @@ def override_key(override: str) -> str:
 def _quote_parenthesized(override: str) -> str:
     """Hydra's override grammar rejects unquoted `(`; the MoE hybrid backend syntax uses it."""
     key, sep, value = override.partition("=")
-    if sep and override_key(override) in BACKEND_KEYS and "(" in value and value[:1] not in "'\"":
-        return f"{key}='{value}'"
-    return override
+    quote = sep and override_key(override) in BACKEND_KEYS and "(" in value and value[:1] not in "'\""
+    return f"{key}='{value}'" if quote else override
 
 
-def split_config_argv(
-    argv: list[str], usage: str, error: type[ConfigError]
-) -> tuple[Path, list[str]]:
+def split_config_argv(argv: list[str], usage: str, error: type[ConfigError]) -> tuple[Path, list[str]]:
     """`--config FILE [overrides...]` -> (existing absolute config path, overrides); raises `error`."""
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--config", required=True)
@@ -482,23 +424,11 @@ def _refused_field_type(e: BaseException) -> Any:
         return None
 
 
-def compose_config(config_file: Path, overrides: list[str], config_cls: type[T],
-                   error: type[ConfigError]) -> T:
-    """`compose_raw` as `config_cls`; raises `error` with the first line of OmegaConf's message."""
-    raw = compose_raw(config_file, overrides, error)
-    try:
-        return OmegaConf.to_object(to_structured_cfg(raw, config_cls=config_cls))  # type: ignore[return-value]
-    except Exception as e:  # OmegaConf / dataclass errors: report their first line
-        raise error(f"cannot load {config_file} with {shown(overrides)}: {config_problem(e)}") from None
-
-
 def load_config(argv: list[str]) -> LoadedConfig:
     """`[script.py] --config FILE [overrides...]` -> config, without side effects. Raises ConfigError."""
     argv = list(argv[1:] if argv and argv[0].endswith(".py") else argv)
-    config_file, rest = split_config_argv(
-        argv, "usage: tau2_train.py --config FILE [key=value ...] [--dry-run]", ConfigError
-    )
-
+    usage = "usage: tau2_train.py --config FILE [key=value ...] [--dry-run]"
+    config_file, rest = split_config_argv(argv, usage, ConfigError)
     cli_mode = ""
     overrides = []
     for old in [override_key(o) for o in rest if override_key(o) in RENAMED_KEYS]:
@@ -537,8 +467,7 @@ def load_config(argv: list[str]) -> LoadedConfig:
         overrides.append(f"++experiment_name={hydra_quoted(mix_name)}")
         raw = compose_raw(config_file, overrides)
     notes = []
-    tree_off = _tree_training_off(raw, overrides)
-    if tree_off:
+    if tree_off := _tree_training_off(raw, overrides):
         notes.append(tree_off)
         overrides.append(f"++{TREE_TRAINING_KEY}=false")
         raw = compose_raw(config_file, overrides)
@@ -599,7 +528,5 @@ def _check_consistent(mode: str, backends: EngineBackends, overrides: list[str])
         except ValueError as e:
             raise ConfigError(f"{key}: {e}") from None
         if not same:
-            raise ConfigError(
-                f"allocation_mode={mode} sets {key}={wanted[key]}, which contradicts {key}={given} "
-                "given on the command line; give only one of them"
-            )
+            raise ConfigError(f"allocation_mode={mode} sets {key}={wanted[key]}, which contradicts "
+                              f"{key}={given} given on the command line; give only one of them")

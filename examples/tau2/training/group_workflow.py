@@ -1,13 +1,9 @@
 """A GRPO group through AReaL 1.0.4's proxy: run every episode, score the group once, then export.
 
-AReaL's `GroupedRolloutWorkflow` gathers its episodes without `return_exceptions`, and each hands its
-reward to the proxy on its own: one `EpisodeRejected` fails the whole group, and no reward can depend on
-the siblings. Here an episode has two phases: `DropRejectedProxyWorkflow.start_episode` runs it as
-AReaL's inline proxy workflow up to the agent's raw reward (or rejection), leaving the session open;
-`finish_episode` sets the training reward on its last completion, then ends and exports the session
-(freeing its turns on the proxy; a rejected or dropped episode returns no rows). `PartialGroupWorkflow`
-runs phase 1 for the group, scores it with `tau2_utils.score_group`, and runs phase 2 for each. Any
-other exception still fails the group, once every other session has ended.
+AReaL's `GroupedRolloutWorkflow` fails the whole group on one rejected episode, and each episode hands its
+reward to the proxy alone. Here `start_episode` runs an episode up to its raw reward (or rejection), leaving
+the session open; `PartialGroupWorkflow` scores the group (`tau2_utils.score_group`), then `finish_episode`
+sets each training reward and ends and exports the session.
 """
 
 from __future__ import annotations
@@ -23,9 +19,9 @@ from areal.experimental.openai import OpenAIProxyWorkflow
 from areal.experimental.openai.proxy.client_session import OpenAIProxyClient
 from areal.infra import workflow_context
 from areal.infra.remote_inf_engine import GroupedRolloutWorkflow
-from areal.utils import stats_tracker
 from areal.utils.perf_tracer import session_context
 
+from examples.tau2.runtime.process import record_stats
 from examples.tau2.tau2_utils import MIN_GROUP_EPISODES, DropReason, EpisodeRejected, GroupRules, score_group
 
 logger = logging.getLogger("tau2_areal.groups")
@@ -39,14 +35,6 @@ class RuledAgent(Protocol):
     """An agent that says how its groups are scored (`Tau2AgentWorkflow`)."""
 
     def group_rules(self) -> GroupRules: ...
-
-
-def _record(**values: float) -> None:
-    """Scalars into AReaL's stats tracker (rollout/ or eval-rollout/); nothing outside a rollout."""
-    try:
-        stats_tracker.get(workflow_context.stat_scope()).scalar(**values)
-    except Exception as e:  # not inside an AReaL rollout task
-        logger.debug("stats not recorded: %s", e)
 
 
 @dataclass
@@ -105,7 +93,7 @@ class DropRejectedProxyWorkflow(OpenAIProxyWorkflow):
                         episode.rejection.reason.value, len(rows))
             return None
         if rows and reward is not None:
-            _record(reward=rows[next(reversed(rows))].reward)
+            record_stats({"reward": rows[next(reversed(rows))].reward}, prefix="")
         return rows
 
     async def arun_episode(self, engine: Any, data: dict[str, Any]) -> Rows | None:
@@ -134,7 +122,7 @@ class PartialGroupWorkflow(GroupedRolloutWorkflow):
             raise failure
         rules = self.workflow.group_rules()
         outcome = score_group([e.reward for e in episodes], rules)
-        _record(**outcome.stats())
+        record_stats(outcome.stats(), prefix="")
         ends = await asyncio.gather(*(self.workflow.finish_episode(e, r)
                                       for e, r in zip(episodes, outcome.rewards, strict=True)),
                                     return_exceptions=True)
@@ -146,10 +134,7 @@ class PartialGroupWorkflow(GroupedRolloutWorkflow):
                            self.group_size, MIN_GROUP_EPISODES)
         if outcome.dropped is not None:  # uniform groups are common (all failed): not worth a warning
             return None
-        merged: Rows = {}
-        for end in ends:
-            if isinstance(end, dict):  # None: a rejected episode
-                merged.update(end)
+        merged = {k: row for end in ends if isinstance(end, dict) for k, row in end.items()}  # None: rejected
         return merged or None
 
     async def _discard(self, episodes: Sequence[StartedEpisode]) -> None:

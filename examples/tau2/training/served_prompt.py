@@ -1,15 +1,10 @@
 """AReaL's proxy rendering each prompt as the serving engine's own chat server does.
 
-AReaL's proxy applies the chat template itself, and its prompt differs from the one SGLang's or vLLM's
-server builds for the same request (`compat/serving_render.py`), so the trainer would learn a prompt no
-server shows the policy. `install_proxy_rendering` replaces two AReaL names in the proxy process (rows of
-`compat/replaced.py`): `client.apply_chat_template` becomes `ServingTemplate`, which renders with
-`serving_render.template_inputs`; `AsyncCompletionsWithReward.create` keeps the request's `tool_choice`
-(which changes SGLang's prompt, and AReaL keeps to itself) in `REQUEST_TOOL_CHOICE` while it runs.
-
-The engine comes from `SERVING_ENGINE_ENV` in the rollout workers' environment (their proxies inherit
-it); with `PARITY_RECORD_ENV` set, every rendered request is appended to `<dir>/requests-<pid>.jsonl`
-with the policy version that served it, for `cpu.parity` to compare with the live server.
+AReaL's proxy applies the chat template itself, and its prompt differs from the server's
+(`compat/serving_render.py`), so the trainer would learn a prompt no server shows the policy.
+`install_proxy_rendering` replaces two AReaL names in the proxy process (rows of `compat/replaced.py`).
+The engine comes from `SERVING_ENGINE_ENV`; with `PARITY_RECORD_ENV` set, each rendered request is
+appended to `<dir>/requests-<pid>.jsonl` for `cpu.parity`.
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
-"""`Tau2PPOTrainer`: AReaL 1.0.4's `PPOTrainer` with every change this project makes to AReaL's behaviour.
-
-AReaL runs as shipped except for the names in `compat/replaced.py`'s `AREAL` table (each with what
-replaces it, why, and the tests that pin it; tests/compat/test_replaced.py fails when that table and the
-code or AReaL disagree). What changes, in the order an episode meets it:
-- the proxy renders each prompt as the serving engine's chat server does (`training/served_prompt.py`);
-- a GRPO group is scored as one object (`tau2_utils.py`): a rejected episode drops only itself;
-- recover saves are atomic and made after the step's stats are committed (`lifecycle/recover.py`);
-- a dead inference server or an ended SLURM job stops the run, and a stop request (`lifecycle.watchdog`)
-  saves and stops at the step's end;
-- the add-ons the config turns on (`settings/addons.py`) give the scheduler and the training dataloader.
+"""`Tau2PPOTrainer`: AReaL 1.0.4's `PPOTrainer` with every change this project makes to AReaL's behaviour
+(each listed in `compat/replaced.py`'s `AREAL` table): served-prompt rendering, group scoring, atomic
+recover saves after the step's stats, watchdogs and stop requests, and the add-ons' scheduler and
+dataloader.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from copy import deepcopy
 from typing import Any
@@ -149,22 +141,19 @@ class Tau2PPOTrainer(PPOTrainer):
             WorkerJobEnded,
         )
 
-        servers = getattr(getattr(self, "rollout", None), "server_infos", None) or []
+        infos = getattr(getattr(self, "rollout", None), "server_infos", None) or []
         ended_job = getattr(self.scheduler, "ended_job", None)  # Tau2SlurmScheduler's
-        with contextlib.ExitStack() as watching:
-            jobs = watching.enter_context(Watchdog(ended_job, self.job_poll_s, name="tau2-job-watchdog")) \
-                if ended_job is not None else None
-            servers_watched = watching.enter_context(
-                ServerWatchdog([(s.host, s.port) for s in servers], self.server_dead_after_s))
+        with (Watchdog(ended_job, self.job_poll_s, name="tau2-job-watchdog") as jobs,
+              ServerWatchdog([(s.host, s.port) for s in infos], self.server_dead_after_s) as servers):
             try:
                 result = super().train(*args, **kwargs)
             except KeyboardInterrupt:
-                if jobs is not None and jobs.failure:
+                if jobs.failure:
                     raise WorkerJobEnded(jobs.failure) from None
-                if servers_watched.failure:  # its job may have ended with it: that is the cause
+                if servers.failure:  # its job may have ended with it: that is the cause
                     if ended := self._ended_job_sentence(ended_job):
                         raise WorkerJobEnded(ended) from None
-                    raise InferenceServerDied(servers_watched.failure) from None
+                    raise InferenceServerDied(servers.failure) from None
                 if CONTROL.stop_reason:
                     raise StopRequested(f"{CONTROL.stop_reason}; stopped before the step's end") from None
                 raise
@@ -235,10 +224,9 @@ class Tau2PPOTrainer(PPOTrainer):
 
     def _total_steps(self) -> int:
         """The steps `train` runs in all, as AReaL's loop counts them."""
-        total = self.config.total_train_epochs * len(self.train_dataloader)
-        if self.config.total_train_steps is not None:
-            total = min(total, self.config.total_train_steps)
-        return total
+        config = self.config
+        total = config.total_train_epochs * len(self.train_dataloader)
+        return total if config.total_train_steps is None else min(total, config.total_train_steps)
 
 
 class Tau2InfEngine(RemoteInfEngine):
