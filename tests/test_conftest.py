@@ -30,6 +30,8 @@ COLLECTION = [
     "tests/test_tau2_agent.py::test_e[a@b]",
     "tests/test_tau2_train.py::test_f",
     "tests/lifecycle/test_recover.py::test_g",
+    "tests/lifecycle/test_reaper.py::test_the_reaper_stops_the_workers_of_a_killed_controller",
+    "tests/lifecycle/test_reaper.py::test_h",
 ]
 
 
@@ -61,10 +63,11 @@ def group_indexes(group: str) -> list[int]:
     return [i for i, nodeid in enumerate(COLLECTION) if areal_group_of_node(nodeid) == group]
 
 
-def test_a_tests_own_group_wins_over_its_modules():
-    failed_start = COLLECTION[6]
-    assert areal_group_of_node(failed_start) == "areal-slurm-start" == AREAL_PROCESS_GROUPS[failed_start]
-    assert areal_group_of_node("tests/slurm/test_smoke_on_slurm.py::test_scancel") == "areal-slurm"
+def test_a_group_is_named_by_the_test_s_own_entry_or_its_module_s():
+    killed = COLLECTION[11]
+    assert areal_group_of_node(killed) == "areal-processes" == AREAL_PROCESS_GROUPS[killed]
+    assert areal_group_of_node("tests/lifecycle/test_reaper.py::test_h") is None
+    assert areal_group_of_node(COLLECTION[6]) == areal_group_of_node(COLLECTION[5]) == "areal-slurm"
     assert areal_group_of_node("tests/cpu/test_smoke_faults.py::test_outage[vllm]") == "areal-processes"
     assert areal_group_of_node("tests/cpu/test_smoke_faults.pyc::test_x") is None
     assert areal_group_of_node("tests/eval/test_evaluate.py::test_b") is None
@@ -80,9 +83,10 @@ def test_each_group_goes_whole_to_one_worker_first_and_every_test_runs_once(reor
     for worker in workers:
         scheduler.add_node_collection(worker, COLLECTION)  # type: ignore[arg-type]
     scheduler.schedule()
-    groups = [group_indexes(g) for g in ("areal-processes", "areal-slurm", "areal-slurm-start")]
-    assert [len(g) for g in groups] == [5, 1, 1]
-    assert [w.sent[0] for w in workers] == groups
+    groups = [group_indexes(g) for g in ("areal-processes", "areal-slurm")]
+    assert [len(g) for g in groups] == [6, 2]
+    assert [w.sent[0] for w in workers[:2]] == groups  # the third worker starts on the other tests
+    assert not any(i in group for group in groups for i in workers[2].sent[0])
 
     done: set[int] = set()
     while not all(w.shutting_down for w in workers):  # each worker finishes its tests one at a time
