@@ -31,7 +31,6 @@ from typing import Any
 import psutil
 
 from examples.tau2.runtime.files import write_atomic
-from examples.tau2.runtime.process import stop_process_trees
 from examples.tau2.settings import addons
 
 logger = logging.getLogger("tau2_areal.reaper")
@@ -67,6 +66,23 @@ def worker_processes(experiment: str, trial: str, fileroot: str,
                 and root is not None and os.path.abspath(root) == os.path.abspath(fileroot)):
             found.append(p)
     return found
+
+
+def stop_process_trees(procs: list[psutil.Process], timeout_s: float = 5.0) -> list[int]:
+    """SIGTERM each process and its descendants, SIGKILL what is left after `timeout_s`; their pids."""
+    everything: dict[int, psutil.Process] = {}
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            everything.update((q.pid, q) for q in [p, *p.children(recursive=True)])
+    for q in everything.values():
+        with contextlib.suppress(psutil.Error):
+            q.terminate()
+    _, left = psutil.wait_procs(list(everything.values()), timeout=timeout_s)
+    for q in left:
+        with contextlib.suppress(psutil.Error):
+            q.kill()
+    psutil.wait_procs(left, timeout=timeout_s)
+    return sorted(everything)
 
 
 def cancel_jobs(config: Any, log: logging.Logger | None = None) -> list[str]:

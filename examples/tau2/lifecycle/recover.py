@@ -26,10 +26,9 @@ from areal.utils.recover import RecoverHandler
 from areal.utils.saver import Saver
 
 from examples.tau2.episode import record as episode_record
-from examples.tau2.lifecycle.reaper import alive, cancel_jobs, worker_processes
+from examples.tau2.lifecycle.reaper import alive, cancel_jobs, stop_process_trees, worker_processes
 from examples.tau2.lifecycle.watchdog import CONTROL
 from examples.tau2.runtime.files import write_atomic
-from examples.tau2.runtime.process import stop_process_trees
 
 logger = logging.getLogger("tau2_areal.recover")
 

@@ -335,9 +335,9 @@ def check_tree_training(config: Tau2PPOConfig) -> list[str]:
         return []
     errors = []
     try:
-        alloc = parse_backend(actor.backend)
+        alloc = ModelAllocation.from_str(actor.backend)
         name, parallel = alloc.backend, alloc.parallel
-    except ValueError:  # reported by engine_uses
+    except Exception:  # reported by engine_uses
         name, parallel = "", None
     if config.critic is not None:
         errors.append("actor.enable_tree_training does not work with a critic (AReaL has no tree critic)")
@@ -548,7 +548,8 @@ def _survey_data(config: Tau2PPOConfig) -> tuple[list[str], str, list[str], list
     if econfig.choice_errors():  # (among econfig's problems) the splits cannot be read
         return econfig_errors, curriculum, [], [], [], None
     splits, domains = econfig.domain_splits(), econfig.domain_weights()
-    if domain_problems := check_run_domains(econfig):
+    if domain_problems := tau2_domain.problems(econfig.domain_modules, splits, solo_mode=econfig.solo_mode,
+                                               mix=bool(econfig.mix)):
         return econfig_errors, curriculum, domain_problems, [], [], None
     modules = tau2_domain.load_modules(econfig.domain_modules)
     available = {d: tau2_domain.splits(d) for d in domains}

@@ -13,7 +13,6 @@ import traceback
 from collections.abc import Callable
 from typing import NoReturn
 
-import psutil
 import yaml
 
 from examples.tau2.tau2_utils import Choice, Tau2LogLevel
@@ -96,27 +95,20 @@ def hard_exit(code: int) -> NoReturn:
     os._exit(code)
 
 
-def stop_process_trees(procs: list[psutil.Process], timeout_s: float = 5.0) -> list[int]:
-    """SIGTERM each process and its descendants, SIGKILL what is left after `timeout_s`; their pids."""
-    everything: dict[int, psutil.Process] = {}
-    for p in procs:
-        with contextlib.suppress(psutil.Error):
-            everything.update((q.pid, q) for q in [p, *p.children(recursive=True)])
-    for q in everything.values():
-        with contextlib.suppress(psutil.Error):
-            q.terminate()
-    _, left = psutil.wait_procs(list(everything.values()), timeout=timeout_s)
-    for q in left:
-        with contextlib.suppress(psutil.Error):
-            q.kill()
-    psutil.wait_procs(left, timeout=timeout_s)
-    return sorted(everything)
-
-
 def stop_descendants(log: logging.Logger | None = None, timeout_s: float = 15.0) -> list[int]:
     """Terminate (then kill) every process this one started, directly or not (AReaL's workers, proxies and
     servers: for a run that fails half-way through start-up); returns their pids, logged to `log`."""
-    pids = stop_process_trees(psutil.Process().children(), timeout_s)
+    import psutil
+
+    children = psutil.Process().children(recursive=True)
+    for c in children:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            c.terminate()
+    _, alive = psutil.wait_procs(children, timeout=timeout_s)
+    for c in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            c.kill()
+    pids = [c.pid for c in children]
     if pids and log is not None:
         log.info("stopped %d leftover process(es): %s", len(pids), pids)
     return pids
