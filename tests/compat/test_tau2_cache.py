@@ -310,7 +310,7 @@ def test_gold_state_built_once_per_task_and_bounded(monkeypatch):
     assert (small.stats["gold_built"], small.stats["gold_reused"]) == (4, 1)
 
 
-def test_concurrent_episodes_from_a_cold_cache_give_identical_results():
+def test_concurrent_episodes_from_a_cold_cache_give_identical_results(monkeypatch):
     cases = []
     for domain in ("airline", "retail", "telecom"):
         for task_id in tau2_domain.task_ids(domain, "test")[:2]:
@@ -318,7 +318,7 @@ def test_concurrent_episodes_from_a_cold_cache_give_identical_results():
             for actions, termination in list(variants(task).values())[:4]:
                 cases.append((domain, task, simulate(domain, task, actions, termination=termination)))
     expected = [tau2_domain.evaluate(sim, task, d, False).model_dump() for d, task, sim in cases]
-    tau2_cache.clear()
+    monkeypatch.setattr(tau2_cache, "_caches", {})  # cold
     results: list[list[dict]] = [[] for _ in range(6)]
 
     def worker(slot: int) -> None:
@@ -346,7 +346,7 @@ def test_changed_data_file_rebuilds_the_domain_cache(monkeypatch, tmp_path):
     data.mkdir()
     (data / "db.json").write_text("{}")
     monkeypatch.setattr(tau2_cache, "domain_data_dir", lambda domain: data)
-    tau2_cache.clear()
+    monkeypatch.setattr(tau2_cache, "_caches", {})
     first = tau2_cache.domain_cache("mock")
     assert tau2_cache.domain_cache("mock") is first
     env = first.environment()

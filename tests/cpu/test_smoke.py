@@ -22,11 +22,20 @@ from examples.tau2.cpu.smoke import (
     KL_DIRECT,
     compare_weights,
     evaluate_run,
+    forget_finished_run,
     format_result,
     plot_curves,
 )
-from examples.tau2.cpu.smoke_config import SmokeConfigError, check_config, load_smoke_config
+from examples.tau2.cpu.smoke_config import (
+    SmokeConfigError,
+    check_config,
+    finished_state,
+    load_smoke_config,
+    total_steps,
+)
 from examples.tau2.cpu.trainer import VLLM_PYTHON_ENV
+from examples.tau2.lifecycle.recover import recover_paths, saved_state
+from tests.lifecycle.test_recover import _write_state
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -130,6 +139,23 @@ def _checkpoint(folder: Path, scale: float) -> Path:
     save_file({"a": torch.randn(4, 4) * scale, "b": torch.ones(3)}, str(folder / "model.safetensors"))
     (folder / "config.json").write_text("{}")
     return folder
+
+
+def test_a_finished_runs_saved_state_is_not_checked_and_is_dropped_before_the_run(tmp_path, vllm_env):
+    """A smoke or learning run always trains: the pre-flight does not check the saved state of a run that
+    trained all its steps, and the run removes it (AReaL would resume it and train nothing). An unfinished
+    run's state is checked, and stays."""
+    config = _load(tmp_path)
+    total, paths = total_steps(config), recover_paths(config)
+    mismatch = "steps per epoch, this config has"
+    _write_state(paths, total - 2, "s", per_epoch=99)  # not this config's steps per epoch
+    assert not finished_state(config) and any(mismatch in e for e in check_config(config))
+    forget_finished_run(config)
+    assert saved_state(paths).global_step == total - 2
+    _write_state(paths, total - 1, "s", per_epoch=99)
+    assert finished_state(config) and not any(mismatch in e for e in check_config(config))
+    forget_finished_run(config)
+    assert saved_state(paths) is None and not any(p.exists() for p in paths.swapped)
 
 
 def test_result_checks_fail_on_drifting_logprobs_and_frozen_weights(tmp_path, vllm_env):

@@ -172,7 +172,8 @@ def test_own_temp_dir_takes_the_temporary_files_a_killed_child_leaves(tmp_path, 
     discarded.mkdir()
     child = ("import os, tempfile; media = tempfile.TemporaryDirectory('wandb-media'); "
              "open(os.path.join(tempfile.gettempdir(), 'vllm_dist_x'), 'w').close(); os._exit(0)")
-    with own_temp_dir(children=True) as folder:
+    with own_temp_dir() as folder:
+        share_temp_dir()
         subprocess.run([sys.executable, "-c", child], check=True, timeout=120)
         tempfile.mkdtemp("wandb-artifacts")  # this process's, left to the block
         discard_on_exit(discarded)

@@ -11,8 +11,8 @@ import pytest
 from areal.api.cli_args import TrainDatasetConfig
 from areal.utils.dataloader import create_dataloader
 
+from examples.tau2.cpu.smoke_config import run_domain_problems
 from examples.tau2.episode import domain as tau2_domain
-from examples.tau2.lifecycle.validate import check_run_domains
 from examples.tau2.releases import cross_grade
 from examples.tau2.releases.cross_grade import PAGE, render_page
 from examples.tau2.settings import dataset as tau2_dataset
@@ -92,11 +92,11 @@ def test_a_mix_takes_a_split_per_domain(tmp_path, monkeypatch):
     write_domain(tmp_path, module, garage)
     shared = Tau2TrainEnvConfig(domain=None, mix={"mock": 1, garage: 1}, domain_modules=[module])
     fix = "name its own in econfig.mix as mock@<train split>/<validation split>"
-    assert check_run_domains(shared) == [f"tau2 domain 'mock' has no split 'train' (available: all); {fix}",
+    assert run_domain_problems(shared) == [f"tau2 domain 'mock' has no split 'train' (available: all); {fix}",
                                          f"tau2 domain 'mock' has no split 'test' (available: all); {fix}"]
     own = Tau2TrainEnvConfig(domain=None, mix={"mock@all/all": 1, garage: 1}, domain_modules=[module],
                              train_on_flagged=True)
-    assert check_run_domains(own) == []
+    assert run_domain_problems(own) == []
     rows = tau2_dataset.train_rows(own, seed=1)
     assert {(r["domain"], r["split"]) for r in rows} == {("mock", "all"), (garage, "train")}
     assert Counter(r["domain"] for r in rows) == {"mock": 9, garage: 9}  # equal weights, 9 and 2 tasks

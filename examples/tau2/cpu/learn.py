@@ -233,7 +233,7 @@ def run_seed(seed: int, trials: int, out: Path, overrides: list[str]) -> SeedRes
     before = evaluate_policy(model_dir, "before", seed_out / "eval-before", config, trials, seed)
     from areal.utils.stats_logger import StatsLogger
 
-    from examples.tau2.lifecycle.recover import total_steps
+    from examples.tau2.cpu.smoke_config import total_steps
 
     steps = total_steps(config) or 0
     logger.info("seed %d: start success %.3f; training %d steps", seed, before.success_rate, steps)
@@ -344,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
     bad = [o for o in overrides if "=" not in o]
     if bad:
         parser.error(f"unrecognized arguments: {' '.join(bad)} (overrides are key=value)")
-    from examples.tau2.lifecycle.reaper import own_temp_dir
+    from examples.tau2.lifecycle.reaper import own_temp_dir, share_temp_dir
     from examples.tau2.runtime.process import setup_runtime
 
     setup_runtime()
@@ -355,7 +355,8 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     results: list[SeedResult] = []
     for seed in args.seeds:
-        with own_temp_dir(children=True):  # the CPU run's processes are all on this machine
+        with own_temp_dir():
+            share_temp_dir()  # the CPU run's processes are all on this machine
             try:
                 results.append(run_seed(seed, args.trials, args.out, overrides))
             finally:

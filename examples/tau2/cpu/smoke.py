@@ -36,14 +36,16 @@ from examples.tau2.cpu.smoke_config import (
     SmokeConfigError,
     Tau2SmokeConfig,
     check_config,
+    finished_state,
     load_smoke_config,
+    run_domain_problems,
     user_endpoint_port,
 )
 from examples.tau2.cpu.tiny_model import TinyModelRecipe, ensure_tiny_model, latest_saved_model, load_info
 from examples.tau2.lifecycle.reaper import own_temp_dir, share_temp_dir
 from examples.tau2.runtime.charts import new_figure, save_png
+from examples.tau2.runtime.console import console_logging
 from examples.tau2.runtime.process import (
-    console_logging,
     exit_after,
     exit_on_sigterm,
     setup_runtime,
@@ -294,6 +296,22 @@ def format_result(r: SmokeResult, tol: float) -> str:
 # Run
 
 
+def forget_finished_run(config: Tau2SmokeConfig) -> None:
+    """Remove the trial's saved state if it is that of a finished run (`finished_state`): a smoke run
+    always trains. An interrupted save is repaired first, as `prepare_resume` would."""
+    from examples.tau2.lifecycle.recover import previous, recover_paths, repair, staged
+
+    paths = recover_paths(config)
+    if paths.save_root.is_dir() and (repaired := repair(paths)):
+        logger.warning("recover state: %s", repaired)
+    if not finished_state(config):
+        return
+    logger.info("the run saved in %s had finished: starting a new one", paths.save_root)
+    for live in paths.swapped:
+        for p in (live, staged(live), previous(live)):
+            shutil.rmtree(p, ignore_errors=True)
+
+
 def run(config_file: Path, overrides: list[str], config: Tau2SmokeConfig) -> SmokeResult:
     from areal.api.cli_args import load_expr_config
     from areal.utils.stats_logger import StatsLogger
@@ -329,7 +347,8 @@ def run(config_file: Path, overrides: list[str], config: Tau2SmokeConfig) -> Smo
     log_dir = Path(StatsLogger.get_log_path(config.stats_logger))
     stats_path = log_dir / STATS_FILE
     # A rerun of a killed run resumes (recover.mode auto); a finished one starts over.
-    if prepare_resume(config, stats_path, restart_finished=True) is None:
+    forget_finished_run(config)
+    if prepare_resume(config, stats_path) is None:
         stats_path.unlink(missing_ok=True)  # a previous run of the same trial
     rows = tau2_dataset.train_rows(config.econfig, config.seed)
     port = user_endpoint_port(config.econfig.user_base_url)
@@ -400,9 +419,7 @@ def preflight(argv: list[str],
         return None, 1
     setup_runtime(config.econfig.tau2_log_level)
     log_progress()
-    from examples.tau2.lifecycle.validate import check_run_domains
-
-    if domain_problems := check_run_domains(config.econfig):
+    if domain_problems := run_domain_problems(config.econfig):
         for e in domain_problems:
             print(f"smoke: {e}", file=sys.stderr)
         return None, 2

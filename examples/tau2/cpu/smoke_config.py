@@ -24,6 +24,7 @@ from examples.tau2.cpu.tiny_model import TinyModelRecipe
 from examples.tau2.settings.config import (
     ConfigError,
     Tau2PPOConfig,
+    Tau2TrainEnvConfig,
     compose_raw,
     config_problem,
     override_key,
@@ -126,10 +127,41 @@ def user_endpoint_port(url: str) -> int:
     return parsed.port
 
 
+def run_steps(config: Any, train_rows: int) -> int:
+    """The steps a run trains, as AReaL's loop counts them: `total_train_epochs` x steps per epoch, stopped
+    at `total_train_steps`."""
+    from examples.tau2.lifecycle.recover import steps_per_epoch
+
+    total = config.total_train_epochs * steps_per_epoch(config, train_rows)
+    return total if config.total_train_steps is None else min(total, config.total_train_steps)
+
+
+def total_steps(config: Any) -> int | None:
+    """Steps the run trains in all (`run_steps`), if known: `total_train_steps` when the data is not."""
+    from examples.tau2.settings import dataset as tau2_dataset
+
+    try:
+        rows = len(tau2_dataset.train_rows(config.econfig, config.seed))
+    except Exception:  # an unknown domain or split: check_config reports it
+        return config.total_train_steps
+    return run_steps(config, rows)
+
+
+def finished_state(config: Any) -> bool:
+    """Whether the trial's saved state is that of a run that trained all of `config`'s steps: a smoke or
+    learning run starts such a run over (`smoke.forget_finished_run`; AReaL would resume it and train
+    nothing)."""
+    from examples.tau2.lifecycle.recover import enabled, recover_paths, saved_state
+
+    state = saved_state(recover_paths(config)) if enabled(config) else None
+    total = total_steps(config) if state is not None else None
+    return state is not None and total is not None and state.global_step + 1 >= total
+
+
 def check_steps(config: Tau2SmokeConfig, rows: int) -> list[str]:
     """The run must train `smoke.min_optimizer_steps` steps on `rows` training rows, or it would fail its
     own check after minutes; the refusal names the setting that makes it train enough."""
-    from examples.tau2.lifecycle.recover import run_steps, steps_per_epoch
+    from examples.tau2.lifecycle.recover import steps_per_epoch
 
     per_epoch, least = steps_per_epoch(config, rows), config.smoke.min_optimizer_steps
     steps = run_steps(config, rows)
@@ -145,12 +177,23 @@ def check_steps(config: Tau2SmokeConfig, rows: int) -> list[str]:
             f"{least}; set {fix}"]
 
 
+def run_domain_problems(econfig: Tau2TrainEnvConfig) -> list[str]:
+    """The run's domains, training and validation splits exist and can be graded (`episode.domain.problems`):
+    such problems stop the smoke run with exit status 2 before anything else is checked or started."""
+    from examples.tau2.episode import domain as tau2_domain
+
+    if econfig.choice_errors():
+        return []  # reported by econfig.validate()
+    return tau2_domain.problems(econfig.domain_modules, econfig.domain_splits(), solo_mode=econfig.solo_mode,
+                                mix=bool(econfig.mix))
+
+
 def check_config(config: Tau2SmokeConfig) -> list[str]:
     """Every problem with a smoke config, one sentence each; nothing is started."""
     from examples.tau2.cpu.trainer import vllm_python
     from examples.tau2.lifecycle.reaper import seed_collision
     from examples.tau2.lifecycle.recover import check_recover
-    from examples.tau2.lifecycle.validate import check_paths, check_run_domains, check_training
+    from examples.tau2.lifecycle.validate import check_paths, check_training
     from examples.tau2.settings import dataset as tau2_dataset
 
     errors = list(config.econfig.validate())
@@ -216,7 +259,7 @@ def check_config(config: Tau2SmokeConfig) -> list[str]:
 
         errors += [problem] if (problem := unreachable()) else SlurmAddon().problems(config)
     errors += check_paths(config)
-    dataset_errors = check_run_domains(config.econfig)
+    dataset_errors = run_domain_problems(config.econfig)
     errors += dataset_errors
     rows = None if dataset_errors else len(tau2_dataset.train_rows(config.econfig, config.seed))
     checked = copy.deepcopy(config)
@@ -225,5 +268,5 @@ def check_config(config: Tau2SmokeConfig) -> list[str]:
     errors += check_training(checked, rows)
     if rows is not None:
         errors += check_steps(config, rows)
-    errors += check_recover(config, restart_finished=True)  # a finished run's state is dropped (`run`)
+    errors += check_recover(config, check_state=not finished_state(config))  # dropped by `run`
     return errors + [problem for problem in [seed_collision(config)] if problem]

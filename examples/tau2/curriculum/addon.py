@@ -81,6 +81,14 @@ class CurriculumAddon(Addon):
     def problems(self, config: Any) -> list[str]:
         return check_curriculum(config)
 
+    def plan(self, config: Any) -> list[str]:
+        c = config.curriculum
+        weights = " / ".join(f"{k} {v:g}" for k, v in c.weights.as_dict().items())
+        retire = f"retire after {c.retire_after} solved in a row" if c.retire_after else "never retire"
+        return [f"solve rates over the last {c.window} episodes (new below {c.min_attempts}; solved: tau2 "
+                f"reward >= {c.success_threshold:g}); weights {weights}; {retire}; unsolved floor "
+                f"{c.unsolved_floor:g}; outcomes in {curriculum_outcomes_dir(config)}"]
+
     def train_dataloader(self, dataset: Any, config: Any, *, batch_size: int, drop_last: bool) -> Any:
         return curriculum_dataloader(dataset, config.curriculum, batch_size=batch_size, drop_last=drop_last,
                                      seed=config.seed, outcomes=curriculum_outcomes_dir(config))

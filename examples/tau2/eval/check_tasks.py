@@ -127,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
         env["PYTHONPATH"] = f"{REPO}:{env['PYTHONPATH']}"
         child = [sys.executable, "-m", "examples.tau2.eval.check_tasks", *rest]
         return subprocess.run(child, env=env).returncode
-    from examples.tau2.runtime.process import console_logging, setup_runtime
+    from examples.tau2.runtime.console import console_logging
+    from examples.tau2.runtime.process import setup_runtime
 
     setup_runtime("ERROR")
     console_logging(logger)

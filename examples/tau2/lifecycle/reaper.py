@@ -218,17 +218,15 @@ def registered(config: Any) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def own_temp_dir(children: bool = False) -> Iterator[Path]:
-    """This process's temporary files go to a folder of their own (with `children` or after
-    `share_temp_dir`, those of the processes it starts too), removed with what `discard_on_exit` named when
-    the block ends. Enter it before the run's checks: they import W&B, which makes its folders then. The
-    folder is short (a Unix socket's path must stay under 108 bytes)."""
+def own_temp_dir() -> Iterator[Path]:
+    """This process's temporary files go to a folder of their own (after `share_temp_dir`, those of the
+    processes it starts too), removed with what `discard_on_exit` named when the block ends. Enter it
+    before the run's checks: they import W&B, which makes its folders then. The folder is short (a Unix
+    socket's path must stay under 108 bytes)."""
     folder = Path(tempfile.mkdtemp(prefix="tau2-"))
     saved_env = {k: os.environ.get(k) for k in ("TMPDIR", "TORCHINDUCTOR_CACHE_DIR")}
     saved_tempdir, tempfile.tempdir = tempfile.tempdir, str(folder)  # this process has read TMPDIR already
     try:
-        if children:
-            share_temp_dir()
         yield folder
     finally:
         tempfile.tempdir = saved_tempdir

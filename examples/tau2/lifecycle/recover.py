@@ -274,32 +274,9 @@ def steps_per_epoch(config: Any, train_rows: int) -> int:
     return train_rows // batch if config.train_dataset.drop_last else -(-train_rows // batch)
 
 
-def run_steps(config: Any, train_rows: int) -> int:
-    """The steps a run trains, as AReaL's loop counts them: `total_train_epochs` x steps per epoch, stopped
-    at `total_train_steps`."""
-    total = config.total_train_epochs * steps_per_epoch(config, train_rows)
-    return total if config.total_train_steps is None else min(total, config.total_train_steps)
-
-
-def total_steps(config: Any) -> int | None:
-    """Steps the run trains in all (`run_steps`), if known: `total_train_steps` when the data is not."""
-    rows = _train_rows(config)
-    return config.total_train_steps if rows is None else run_steps(config, rows)
-
-
-def finished(config: Any, state: SavedState) -> bool:
-    """Whether `state` is that of a run that trained all of `config`'s steps."""
-    total = total_steps(config)
-    return total is not None and state.global_step + 1 >= total
-
-
-def prepare_resume(config: Any, stats_path: Path | None = None,
-                   restart_finished: bool = False) -> SavedState | None:
+def prepare_resume(config: Any, stats_path: Path | None = None) -> SavedState | None:
     """Before `PPOTrainer` starts: stop leftover workers and jobs, repair an interrupted save, and drop the
-    stats lines and episode dumps of steps that run again, logging each; returns the state it resumes from.
-
-    `restart_finished`: the saved state of a run that trained all its steps is forgotten, so the run starts
-    over (the smoke run; AReaL itself would resume it and train nothing)."""
+    stats lines and episode dumps of steps that run again, logging each; returns the state it resumes from."""
     paths = recover_paths(config)
     if other := live_controller(config, paths):
         raise RuntimeError(other)
@@ -311,13 +288,6 @@ def prepare_resume(config: Any, stats_path: Path | None = None,
     if paths.save_root.is_dir() and (repaired := repair(paths)):
         logger.warning("recover state: %s", repaired)
     state = saved_state(paths) if enabled(config) else None
-    if state is not None and restart_finished and finished(config, state):
-        logger.info("the run saved in %s had finished (%d steps): starting a new one", paths.save_root,
-                    state.global_step + 1)
-        for live in paths.swapped:
-            for p in (live, staged(live), previous(live)):
-                shutil.rmtree(p, ignore_errors=True)
-        state = None
     if state is not None:
         logger.info("resuming: the state saved after step %d is in %s; training continues at step %d",
                     state.global_step + 1, paths.save_root, state.global_step + 2)
@@ -341,9 +311,9 @@ def prepare_resume(config: Any, stats_path: Path | None = None,
     return state
 
 
-def check_recover(config: Any, restart_finished: bool = False) -> list[str]:
-    """Problems with the `recover` section or the saved state a run would resume from, one sentence each
-    (`restart_finished`: as `prepare_resume`'s, the state of a finished run is no problem: it is dropped)."""
+def check_recover(config: Any, check_state: bool = True) -> list[str]:
+    """Problems with the `recover` section or (`check_state`) the saved state a run would resume from, one
+    sentence each."""
     r = config.recover
     errors: list[str] = []  # recover.mode itself AReaL checks (RecoverConfig.__post_init__)
     if not enabled(config):
@@ -369,7 +339,7 @@ def check_recover(config: Any, restart_finished: bool = False) -> list[str]:
     if paths.journal.exists() or any(staged(p).exists() for p in paths.swapped):
         return errors  # an interrupted save: the run repairs it before it looks at the state
     state = saved_state(paths)
-    if state is None or (restart_finished and finished(config, state)):
+    if state is None or not check_state:
         return errors
     if missing := [c for c in paths.checkpoints if not (c / ".metadata").is_file()]:
         errors.append(f"the saved state in {paths.info} has no checkpoint in {missing[0]}; delete "

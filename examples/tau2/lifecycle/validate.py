@@ -35,7 +35,6 @@ from examples.tau2.settings.config import (
     LoadedConfig,
     Tau2PPOConfig,
     Tau2TrainEnvConfig,
-    curriculum_outcomes_dir,
     parse_backend,
 )
 from examples.tau2.tau2_utils import RewardBaseline
@@ -263,15 +262,6 @@ def check_paths(config: Tau2PPOConfig) -> list[str]:
     return errors
 
 
-def check_run_domains(econfig: Tau2TrainEnvConfig) -> list[str]:
-    """The run's domains, training and validation splits exist and can be graded (`episode.domain.problems`):
-    such problems stop an entry point with exit status 2 before anything else is checked or started."""
-    if econfig.choice_errors():
-        return []  # reported by econfig.validate()
-    return tau2_domain.problems(econfig.domain_modules, econfig.domain_splits(), solo_mode=econfig.solo_mode,
-                                mix=bool(econfig.mix))
-
-
 def wandb_dir(config: Any) -> str:
     """Where W&B writes its run directories (AReaL passes its log directory as `dir`)."""
     sl = config.stats_logger
@@ -486,8 +476,11 @@ def survey(loaded: LoadedConfig) -> Survey:
     endpoints = check_user_simulator(econfig, scheduler) + check_admin_key(config, gethostip())
     paths, values, tracking = check_paths(config), check_values(config), check_tracking(config)
     try:
-        shape = read_model_shape(path)
-        model, shape_errors = describe_model(path, shape), []
+        shape, shape_errors = read_model_shape(path), []
+        model = (f"{path}: shape not checked (not a local directory; the workers resolve it) -- give a local "
+                 "checkpoint to check tp/pp against its heads and layers" if shape is None else
+                 f"{path}: {shape.model_type}, {shape.num_layers} layers, {shape.num_heads} heads, "
+                 f"{shape.num_kv_heads} kv heads{', tied embeddings' * shape.tied_embeddings} (checked)")
     except ValueError as e:
         shape, model, shape_errors = None, f"{path}: {e}", [str(e)]
     recover_errors, collision = check_recover(config), [p for p in [seed_collision(config)] if p]
@@ -498,7 +491,7 @@ def survey(loaded: LoadedConfig) -> Survey:
     enabled = addons.enabled(config)
     addon_problems = [problem for addon in enabled for problem in addon.problems(config)]
     addon_rows = [(addon.name, line) for addon in enabled for line in addon.plan(config)]
-    econfig_errors, curriculum, domain_problems, data_errors, judged, data = _survey_data(config)
+    econfig_errors, domain_problems, data_errors, judged, data = _survey_data(config)
     gpus = check_gpus(config, engines)
     parallelism = check_parallelism(shape, engines) if shape is not None else []
     judge = judge_problems(econfig, judged, scheduler)
@@ -532,25 +525,26 @@ def survey(loaded: LoadedConfig) -> Survey:
     rows += [("batch", f"{batch} tasks x {samples} samples = {batch * samples} episodes per step"),
              ("group filter", "drop groups whose episodes all train on one reward"
               if econfig.drop_uniform_groups else "off (every group trains)"),
-             ("validation", validation), ("curriculum", curriculum), ("tracking", describe_tracking(config)),
+             ("validation", validation),
+             ("curriculum", "" if config.curriculum.enabled else "off (every task once per epoch, shuffled)"),
+             ("tracking", describe_tracking(config)),
              ("recover", describe_recover(config))]
     return Survey(loaded.config_file, tuple((k, v) for k, v in rows if v), errors, domain_problems)
 
 
-def _survey_data(config: Tau2PPOConfig) -> tuple[list[str], str, list[str], list[str], list[str],
+def _survey_data(config: Tau2PPOConfig) -> tuple[list[str], list[str], list[str], list[str],
                                                    tuple[int, int, list[tuple[str, str]]] | None]:
     """The settings' own problems and the run's data, in one descent through the rooms below: (econfig's
-    problems, the curriculum's plan line, domain problems, data problems, judged domains, and when the data
-    can be read: (training rows, validation rows, the plan's rows about them))."""
+    problems, domain problems, data problems, judged domains, and when the data can be read: (training
+    rows, validation rows, the plan's rows about them))."""
     econfig = config.econfig
     econfig_errors = econfig.validate()
-    curriculum = config.curriculum.describe(curriculum_outcomes_dir(config))
     if econfig.choice_errors():  # (among econfig's problems) the splits cannot be read
-        return econfig_errors, curriculum, [], [], [], None
+        return econfig_errors, [], [], [], None
     splits, domains = econfig.domain_splits(), econfig.domain_weights()
     if domain_problems := tau2_domain.problems(econfig.domain_modules, splits, solo_mode=econfig.solo_mode,
                                                mix=bool(econfig.mix)):
-        return econfig_errors, curriculum, domain_problems, [], [], None
+        return econfig_errors, domain_problems, [], [], None
     modules = tau2_domain.load_modules(econfig.domain_modules)
     available = {d: tau2_domain.splits(d) for d in domains}
     run_ids = {d: {t for s in splits[d] if s in available[d] for t in available[d][s]} for d in domains}
@@ -571,7 +565,7 @@ def _survey_data(config: Tau2PPOConfig) -> tuple[list[str], str, list[str], list
         train = tau2_dataset.train_rows(econfig, config.seed)
         valid = tau2_dataset.valid_rows(econfig) if config.valid_dataset is not None else []
     except (ValueError, KeyError) as e:  # e.g. every task of a split left out as regraded
-        return econfig_errors, curriculum, [], [str(e)], judged_list, None
+        return econfig_errors, [], [str(e)], judged_list, None
     why = {"regraded": "regraded", "flagged": "that pay for doing nothing or half the job"}
     for d in domains:
         train_ids = set(available[d].get(splits[d][0], []))
@@ -582,7 +576,7 @@ def _survey_data(config: Tau2PPOConfig) -> tuple[list[str], str, list[str], list
         out = f"; left out: {', '.join(left)}" if left else ""
         rows.append(("data", f"{d}: {len(trained)} training rows ({len(set(trained))} tasks{out}), "
                              f"{len(validated)} validation rows{regraded_text}"))
-    return econfig_errors, curriculum, [], [], judged_list, (len(train), len(valid), rows)
+    return econfig_errors, [], [], judged_list, (len(train), len(valid), rows)
 
 
 def _describe_engine(u: EngineUse) -> str:
@@ -594,14 +588,6 @@ def _describe_engine(u: EngineUse) -> str:
                 f" = {u.gpus} GPUs")
     gpus = ", colocated (no GPUs of its own)" if u.gpus == 0 else f" = {u.gpus} GPUs"
     return f"{u.backend:<34} {' '.join(dims)}{gpus}"
-
-
-def describe_model(path: str, shape: ModelShape | None) -> str:
-    if shape is None:
-        return (f"{path}: shape not checked (not a local directory; the workers resolve it) -- give a "
-                "local checkpoint to check tp/pp against its heads and layers")
-    return (f"{path}: {shape.model_type}, {shape.num_layers} layers, {shape.num_heads} heads, "
-            f"{shape.num_kv_heads} kv heads{', tied embeddings' if shape.tied_embeddings else ''} (checked)")
 
 
 def _describe_proxy(config: Tau2PPOConfig) -> str:

@@ -21,18 +21,6 @@ _tau2_log_handler: int | None = None
 _tau2_log_level: str | None = None
 
 
-def console_logging(*loggers: logging.Logger) -> None:
-    """These loggers' lines on stderr. AReaL's `getLogger` replaces the root logger and its manager,
-    so handlers on the root do not reliably reach loggers created before; each gets its own."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s: %(message)s"))
-    for lg in loggers:
-        if not lg.handlers:
-            lg.addHandler(handler)
-        lg.setLevel(logging.INFO)
-        lg.propagate = False
-
-
 def setup_runtime(tau2_log_level: str = "ERROR") -> None:
     """The process set-up every entry point and `Tau2AgentWorkflow` run first (before importing tau2, whose
     import logs too). Idempotent. tau2 logs through loguru at DEBUG (~800 lines per episode): loguru's

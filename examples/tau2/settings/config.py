@@ -178,16 +178,6 @@ class CurriculumConfig:
     """Where the workers append episode outcomes and the controller reads them (shared storage); empty:
     `<cluster.fileroot>/tau2_curriculum/<experiment>/<trial>`."""
 
-    def describe(self, outcomes_dir: str) -> str:
-        """One line for the `--dry-run` plan."""
-        if not self.enabled:
-            return "off (every task once per epoch, shuffled)"
-        weights = " / ".join(f"{k} {v:g}" for k, v in self.weights.as_dict().items())
-        retire = f"retire after {self.retire_after} solved in a row" if self.retire_after else "never retire"
-        return (f"solve rates over the last {self.window} episodes (new below {self.min_attempts}; solved: "
-                f"tau2 reward >= {self.success_threshold:g}); weights {weights}; {retire}; unsolved floor "
-                f"{self.unsolved_floor:g}; outcomes in {outcomes_dir}")
-
 
 def curriculum_outcomes_dir(config: Any) -> str:
     """Where the curriculum's outcomes go (`curriculum.outcomes_dir`, else under `cluster.fileroot`;

@@ -32,7 +32,8 @@ from areal.api.cli_args import SFTConfig
 
 from examples.tau2.cpu.smoke_config import compose_config
 from examples.tau2.cpu.tiny_model import latest_saved_model
-from examples.tau2.runtime.process import console_logging, exit_after, setup_runtime, stop_descendants
+from examples.tau2.runtime.console import console_logging
+from examples.tau2.runtime.process import exit_after, setup_runtime, stop_descendants
 from examples.tau2.settings.config import ConfigError, pop_dry_run, split_config_argv
 from examples.tau2.tau2_utils import first_line
 

@@ -38,7 +38,8 @@ from pathlib import Path
 from areal.infra.scheduler.exceptions import WorkerFailedError
 
 from examples.tau2.lifecycle.watchdog import CONTROL, InferenceServerDied, StopRequested, WorkerJobEnded
-from examples.tau2.runtime.process import ON_SIGTERM, console_logging, exit_after
+from examples.tau2.runtime.console import console_logging
+from examples.tau2.runtime.process import ON_SIGTERM, exit_after
 from examples.tau2.slurm import queue, requeue
 from examples.tau2.slurm.plan import JobRequest, unschedulable
 from examples.tau2.slurm.requeue import Cause, Journal, WarningSignal
