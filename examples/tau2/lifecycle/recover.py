@@ -312,8 +312,7 @@ def prepare_resume(config: Any, stats_path: Path | None = None) -> SavedState | 
 
 
 def check_recover(config: Any, check_state: bool = True) -> list[str]:
-    """Problems with the `recover` section or (`check_state`) the saved state a run would resume from, one
-    sentence each."""
+    """Problems with the `recover` section and (`check_state`) the saved state a run resumes from."""
     r = config.recover
     errors: list[str] = []  # recover.mode itself AReaL checks (RecoverConfig.__post_init__)
     if not enabled(config):
