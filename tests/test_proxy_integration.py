@@ -49,11 +49,11 @@ def fake_sglang() -> Iterator[ScriptedSGLang]:
         yield server
 
 
-def run_groups(tmp_path: Path, fake: ScriptedSGLang, user: EndpointThread, user_models: list[str],
-               group_size: int, engine_max_tokens: int | None = None) -> list[list[dict[str, torch.Tensor]]]:
-    """One GRPO group of `group_size` episodes per user-simulator model, one after the other, through the
-    real controller and the training's rollout engine; every process is gone on return. Episodes are
-    dumped under tmp_path/dumps. Uniform groups are kept: every group here is one (a scripted policy)."""
+def run_groups(tmp_path: Path, fake: ScriptedSGLang, user: EndpointThread, groups: list[tuple[str, int]],
+               engine_max_tokens: int | None = None) -> list[list[dict[str, torch.Tensor]]]:
+    """One GRPO group per (user-simulator model, episodes), one after the other, through one real
+    controller and the training's rollout engine; every process is gone on return. Episodes are dumped
+    under tmp_path/dumps. Uniform groups are kept: every group here is one (a scripted policy)."""
     config = rollout_config(tmp_path, turn_discount=TURN_DISCOUNT, env={SERVING_ENGINE_ENV: "sglang"},
                             engine_max_tokens=engine_max_tokens)
     workflow_kwargs = dict(
@@ -64,12 +64,18 @@ def run_groups(tmp_path: Path, fake: ScriptedSGLang, user: EndpointThread, user_
     with rollout_controller(Tau2SGLangEngine, config, fake, tmp_path) as controller:
         return [[RTensor.localize(r) for r in controller.rollout_batch(
             [TASK], workflow=WORKFLOW, workflow_kwargs={**workflow_kwargs, "user_model": user_model},
-            group_size=group_size)] for user_model in user_models]
+            group_size=group_size)] for user_model, group_size in groups]
 
 
-def test_tau2_episodes_through_areal_proxy(tmp_path, fake_sglang, endpoint, monkeypatch):
+def test_tau2_episodes_through_areal_proxy_and_a_rejected_episode_drops_only_itself(tmp_path, fake_sglang,
+                                                                                    endpoint, monkeypatch):
+    """A group of 2 episodes, then groups of 4 whose user simulator is down for the first 1 (then 3) of
+    its episodes: each of those is rejected after its retries; the first such group keeps its 3 other
+    episodes, the second has 1 left and is dropped (AReaL 1.0.4 alone would drop both:
+    tests/training/test_trainer.py)."""
     monkeypatch.setenv("AREAL_PROXY_WARN_ONCE", "1")  # inherited by the workers
-    [results] = run_groups(tmp_path, fake_sglang, endpoint, ["user"], group_size=2)
+    results, one_down, three_down = run_groups(tmp_path, fake_sglang, endpoint, [
+        ("user", 2), ("failfirst1:user", 4), ("failfirst3:user", 4)])
     assert not psutil.Process().children(recursive=True), "a worker process outlived the test"
     assert len(results) == 1, "the group was rejected (see the worker logs under tmp_path/logs)"
     traj = results[0]
@@ -81,8 +87,7 @@ def test_tau2_episodes_through_areal_proxy(tmp_path, fake_sglang, endpoint, monk
 
     tok = fake_sglang.tokenizer
     call_ids, closing_ids = fake_sglang.reply_ids(TOOL_CALL), fake_sglang.reply_ids(CLOSING)
-    prompts_sent = [r["input_ids"] for r in fake_sglang.requests]
-    assert len(prompts_sent) == 4
+    prompts_sent = [r["input_ids"] for r in fake_sglang.requests[:4]]  # the first group's
     for row in range(4):
         length = int(traj["attention_mask"][row].sum())
         ids = traj["input_ids"][row, :length].tolist()
@@ -108,15 +113,6 @@ def test_tau2_episodes_through_areal_proxy(tmp_path, fake_sglang, endpoint, monk
     # Every policy request carried the workflow's per-turn token limit.
     assert {r["sampling_params"]["max_new_tokens"] for r in fake_sglang.requests} == {MAX_COMPLETION_TOKENS}
 
-
-def test_a_rejected_episode_drops_only_itself_from_its_group(tmp_path, fake_sglang, endpoint, monkeypatch):
-    """Groups of 4 whose user simulator is down for the first 1 (then 3) of its episodes: each of those
-    is rejected after its retries; the first group keeps its 3 other episodes, the second has 1 left and
-    is dropped (AReaL 1.0.4 alone would drop both: tests/training/test_trainer.py)."""
-    monkeypatch.setenv("AREAL_PROXY_WARN_ONCE", "1")
-    one_down, three_down = run_groups(tmp_path, fake_sglang, endpoint,
-                                      ["failfirst1:user", "failfirst3:user"], group_size=4)
-    assert not psutil.Process().children(recursive=True), "a worker process outlived the test"
     assert len(one_down) == 1, "the group was lost (see the worker logs under tmp_path/logs)"
     # 3 episodes x 2 completions; the rejected episode left no row
     assert one_down[0]["rewards"].tolist() == [TURN_DISCOUNT, 1.0] * 3
@@ -137,8 +133,7 @@ def test_an_episode_past_the_context_is_scored_not_retried_and_its_group_kept(tm
     neither sent nor retried, and the group of two is kept (without the uniform-group filter, which
     would drop two equal rewards for its own reason)."""
     monkeypatch.setenv("AREAL_PROXY_WARN_ONCE", "1")
-    [results] = run_groups(tmp_path, fake_sglang, endpoint, ["user"], group_size=2,
-                           engine_max_tokens=CONTEXT)
+    [results] = run_groups(tmp_path, fake_sglang, endpoint, [("user", 2)], engine_max_tokens=CONTEXT)
     assert not psutil.Process().children(recursive=True), "a worker process outlived the test"
     assert len(results) == 1, "the group was rejected (see the worker logs under tmp_path/logs)"
     traj = results[0]
