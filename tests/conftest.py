@@ -60,10 +60,9 @@ AREAL_PROCESS_GROUPS = {
     ("tests/lifecycle/test_reaper.py::"
      "test_the_reaper_stops_the_workers_of_a_killed_controller"): "areal-processes",  # a killed controller
     "tests/sft/test_train.py": "areal-processes",            # AReaL's SFT trainer under torchrun
-    # the smoke run on domains of other sizes: seed 9 (tests/cpu/test_smoke_shapes.py)
-    **{f"tests/cpu/test_smoke_shapes.py::{test}": "areal-processes" for test in (
-        "test_the_smallest_domain_is_refused_then_runs_with_the_named_override",
-        "test_an_odd_sized_domain_without_splits_trains_across_epochs_and_leaves_nothing_behind")},
+    # the smoke run on a domain of another size: seed 9 (tests/cpu/test_smoke_shapes.py)
+    ("tests/cpu/test_smoke_shapes.py::test_an_odd_sized_domain_without_splits_trains_across_epochs_and_"
+     "leaves_nothing_behind"): "areal-processes",
     # the requeue run, the failed start and the pending trainer through SLURM: seeds and clusters of their own
     "tests/slurm/test_smoke_on_slurm.py": "areal-slurm",
 }

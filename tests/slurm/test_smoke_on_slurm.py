@@ -147,7 +147,7 @@ def test_the_controller_job_outlives_a_time_limit_a_requeue_a_lost_worker_and_a_
         queue.run("scancel", str(rollout))
         holder = int(cluster.run("sbatch", "--parsable", "-c", "2", "--mem=1G", "-o", "/dev/null", "--wrap",
                                  "sleep 900").strip())
-        pended = re.compile(r"actor: SLURM job (\d+) pending \(Resources\) for 1 min; waiting up to \d+ min")
+        pended = re.compile(r"actor: SLURM job (\d+) pending \(Resources\) for 1 min; waiting up to 24 h")
         wait_on(job, log, lambda: pended.search(log.read_text()), "a minute of the trainer's job pending")
         queue.cancel([holder])
         wait_on(job, log, lambda: ended_for_good(job, lambda: "tau2 CPU smoke run:" in log.read_text()),
