@@ -339,7 +339,7 @@ def test_dry_run_shows_the_curriculum_and_refuses_bad_settings(capsys, tmp_path,
 @pytest.mark.parametrize("overrides, message", [
     (["++train_dataset.num_workers=2"], "curriculum needs train_dataset.num_workers=0"),
     (["curriculum.outcomes_dir={file}/outcomes"], "curriculum outcomes directory {file}/outcomes cannot be "
-     "created ({file} is not a writable directory)"),
+     "created ({file} is not a directory)"),
 ])
 def test_run_level_refusals(overrides, message, tmp_path):
     file = tmp_path / "a-file"

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from typing import Any
 import httpx
 
 from examples.tau2.curriculum.sampler import Outcome, append_outcome, curriculum_dataloader
+from examples.tau2.lifecycle.validate import creatable
 from examples.tau2.settings.addons import Addon
 from examples.tau2.settings.config import CurriculumConfig, curriculum_outcomes_dir
 from examples.tau2.tau2_agent import Tau2AgentWorkflow
@@ -34,12 +34,8 @@ def check_curriculum(config: Any) -> list[str]:
     if not config.curriculum.enabled:
         return errors
     path = Path(curriculum_outcomes_dir(config)).absolute()
-    probe = path
-    while not probe.exists() and probe.parent != probe:
-        probe = probe.parent
-    if not (probe.is_dir() and os.access(probe, os.W_OK | os.X_OK)):
-        errors.append(f"curriculum outcomes directory {path} cannot be created ({probe} is not a writable "
-                      "directory)")
+    if problem := creatable(path):
+        errors.append(f"curriculum outcomes directory {path} cannot be created ({problem})")
     if config.train_dataset.num_workers:
         errors.append("curriculum needs train_dataset.num_workers=0 (its sampler reads outcomes and draws "
                       "each batch in the controller process)")

@@ -232,7 +232,7 @@ def check_admin_key(config: Tau2PPOConfig, host: str) -> list[str]:
             "set rollout.agent.admin_api_key=<secret> (tau2_rl.sh passes a fresh one)"]
 
 
-def _creatable(path: Path) -> str:
+def creatable(path: Path) -> str:
     """'' if `path` is a writable directory or can be created; else why not."""
     probe = path
     while not probe.exists():
@@ -257,7 +257,7 @@ def check_paths(config: Tau2PPOConfig) -> list[str]:
     for name, value in shared_paths(config).items():
         if not value:
             errors.append(f"{name} must be set")
-        elif problem := _creatable(Path(value).absolute()):
+        elif problem := creatable(Path(value).absolute()):
             errors.append(f"{name}={value} does not exist and cannot be created ({problem})")
     return errors
 
