@@ -35,6 +35,7 @@ from examples.tau2.cpu.smoke_config import (
 )
 from examples.tau2.cpu.trainer import VLLM_PYTHON_ENV
 from examples.tau2.lifecycle.recover import recover_paths, saved_state
+from tests.cpu.smoke_support import free_port
 from tests.lifecycle.test_recover import _write_state
 
 REPO = Path(__file__).resolve().parents[2]
@@ -46,18 +47,12 @@ def vllm_env(monkeypatch):
     monkeypatch.setenv(VLLM_PYTHON_ENV, sys.executable)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _load(tmp_path, *overrides):
     """The shipped config in tmp_path, its user simulator on a free port (another run may hold 18765)."""
     config, _, _ = load_smoke_config([
         f"cluster.fileroot={tmp_path}",
         f"cluster.name_resolve.nfs_record_root={tmp_path}/nr",
-        f"econfig.user_base_url=http://127.0.0.1:{_free_port()}/v1", *overrides,
+        f"econfig.user_base_url=http://127.0.0.1:{free_port()}/v1", *overrides,
     ])
     return config
 
