@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import re
 import signal
@@ -76,13 +75,6 @@ def smoke_command(root: Path, *overrides: str, user_port: int | None = None) -> 
             *overrides]
 
 
-def start(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
-    """The run in its own session (a test kills it alone, or with everything it started)."""
-    with log.open("w") as out:
-        return subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                                env=env)
-
-
 def processes_of(root: Path) -> list[psutil.Process]:
     """Every process whose command line names the run's directory (workers, shells, the reaper)."""
     return [p for p in psutil.process_iter(["cmdline"]) if str(root) in " ".join(p.info["cmdline"] or [])]
@@ -140,29 +132,3 @@ def stats_rows(root: Path) -> list[dict]:
 
 def stats_steps(root: Path) -> list[int]:
     return [row["global_step"] for row in stats_rows(root)]
-
-
-def check_trained_step(row: dict) -> None:
-    """One step's share of the smoke run's checks (for a run stopped later on purpose): every trained token's
-    trainer/rollout probability ratio within 1 +- 0.05, and every prompt equal to the vLLM server's."""
-    from examples.tau2.cpu.smoke import KL_DIRECT, PARITY_DIFFERING, PARITY_REQUESTS
-
-    gaps = [row[f"{KL_DIRECT}/{k}"] for k in ("avg", "min", "max")]
-    assert all(abs(math.exp(-g) - 1.0) <= 0.05 for g in gaps), gaps
-    assert row[PARITY_REQUESTS] > 0 and row[PARITY_DIFFERING] == 0, row
-    assert row["ppo_actor/n_seqs"] > 0
-
-
-def saved_step_1(root: Path) -> bool:
-    return any((root / "checkpoints").glob("*/*/*/recover_info/step_info.json"))
-
-
-def finish(proc: subprocess.Popen, log: Path, root: Path) -> str:
-    """Wait for a run that should end by itself; its output (the test fails if it does not end)."""
-    try:
-        proc.wait(timeout=RUN_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        pytest.fail("the run did not finish:\n" + log.read_text()[-5000:])
-    finally:
-        kill_all(proc, root)
-    return log.read_text()

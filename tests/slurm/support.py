@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -69,8 +68,3 @@ def install_stand_in(folder: Path) -> Path:
     launcher.write_text(f'#!/bin/sh\nexec {sys.executable} {stand_in} "$@"\n')
     launcher.chmod(0o755)
     return folder
-
-
-def run_python(code: str, timeout_s: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
-                          timeout=timeout_s)
