@@ -21,6 +21,19 @@ if [[ "$(id -u)" == 0 ]]; then
   fi
 fi
 .venv/bin/ruff check examples tests bench
+# The tiny policies the whole smoke runs train (one per domain: `mock`, and the SLURM runs' `library`), built
+# here once with the cores free. Built by the first run that needs one, under the suite's load, a build
+# took ~10 min and overran that run's own SLURM time limit (bench/RESULTS.md, "The test suite").
+PYTHONPATH="examples/tau2/docs/own_domain${PYTHONPATH:+:$PYTHONPATH}" .venv/bin/python - <<'EOF'
+from examples.tau2.cpu.smoke_config import load_smoke_config
+from examples.tau2.cpu.tiny_model import TinyModelRecipe, ensure_tiny_model
+from examples.tau2.runtime.process import setup_runtime
+
+setup_runtime()
+library = ["econfig.domain=library", "econfig.domain_modules=[library_desk]", "econfig.train_split=train"]
+for overrides in ([], library):
+    ensure_tiny_model(TinyModelRecipe.from_dict(load_smoke_config(overrides)[0].smoke.tiny_model))
+EOF
 .venv/bin/lint-imports  # the layering: pyproject.toml's [tool.importlinter]
 # The workers share the cores, each with processes of its own (trainers, vLLM servers, tiny-model builds):
 # OpenMP threads that spin while they wait would take the cores from the other workers' (bench/RESULTS.md,
