@@ -138,13 +138,10 @@ def run_steps(config: Any, train_rows: int) -> int:
 
 def total_steps(config: Any) -> int | None:
     """Steps the run trains in all (`run_steps`), if known: `total_train_steps` when the data is not."""
-    from examples.tau2.settings import dataset as tau2_dataset
+    from examples.tau2.lifecycle.recover import train_row_count
 
-    try:
-        rows = len(tau2_dataset.train_rows(config.econfig, config.seed))
-    except Exception:  # an unknown domain or split: check_config reports it
-        return config.total_train_steps
-    return run_steps(config, rows)
+    rows = train_row_count(config)
+    return config.total_train_steps if rows is None else run_steps(config, rows)
 
 
 def finished_state(config: Any) -> bool:

@@ -343,7 +343,7 @@ def check_recover(config: Any, check_state: bool = True) -> list[str]:
     if missing := [c for c in paths.checkpoints if not (c / ".metadata").is_file()]:
         errors.append(f"the saved state in {paths.info} has no checkpoint in {missing[0]}; delete "
                       f"{paths.save_root} to start over")
-    rows = _train_rows(config)
+    rows = train_row_count(config)
     per_epoch = steps_per_epoch(config, rows) if rows is not None else None
     if per_epoch is not None and per_epoch != state.steps_per_epoch:
         errors.append(f"the saved state in {paths.info} is from a run with {state.steps_per_epoch} steps "
@@ -370,7 +370,7 @@ def _override(value: Any) -> str:
     return str(value)
 
 
-def _train_rows(config: Any) -> int | None:
+def train_row_count(config: Any) -> int | None:
     try:
         from examples.tau2.settings import dataset as tau2_dataset
 
