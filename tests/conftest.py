@@ -32,9 +32,9 @@ import pytest
 from xdist.scheduler import LoadGroupScheduling
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-# The suite runs on CPUs, where compiling AReaL's logprob gathering (torch.compile) only costs time: ~40 s
-# in each fresh process tree that trains in-process (tests/cpu/test_archon_tree_cpu.py: 85 s cold, 45 s not
-# compiled). The CPU recipes' workers do the same (configs/smoke_cpu.yaml).
+# The suite runs on CPUs, where compiling AReaL's logprob gathering (torch.compile) only costs time in each
+# fresh process tree that trains in-process (bench/RESULTS.md, "The vLLM CPU server"), as in the CPU
+# recipes' workers (configs/smoke_cpu.yaml).
 os.environ.setdefault("TORCH_COMPILE_DISABLE", "1")
 # Each pytest process (every xdist worker: not inherited from the controller) keeps its own record of the
 # training runs alive (lifecycle/reaper.py), which the runs it starts inherit: the suite's groups of

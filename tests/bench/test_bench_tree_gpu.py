@@ -18,14 +18,14 @@ from bench import bench_tree_gpu
 @pytest.mark.timeout(600)
 def test_the_gpu_bench_runs_both_modes_on_a_cpu_and_the_tree_computes_fewer_tokens(tmp_path):
     rows_dir = tmp_path / "rows"
-    bench_tree_gpu.main(["rows", "--out", str(rows_dir), "--episodes", "2", "--turns", "2",
+    bench_tree_gpu.main(["rows", "--out", str(rows_dir), "--episodes", "1", "--turns", "2",
                          "--policy-words", "20", "--tools", "1"])
     assert sorted(p.name for p in rows_dir.iterdir()) == ["rows.json.gz", "tokenizer.json",
                                                           "tokenizer_config.json"]
     with gzip.open(rows_dir / "rows.json.gz", "rt") as f:
         rows = json.load(f)["rows"]
-    assert len(rows) == 4 and all(0 < r["n_generated"] < len(r["input_ids"]) for r in rows)
-    # each episode's second turn extends its first: the prefix the tree shares
+    assert len(rows) == 2 and all(0 < r["n_generated"] < len(r["input_ids"]) for r in rows)
+    # the episode's second turn extends its first: the prefix the tree shares
     assert rows[1]["input_ids"][:len(rows[0]["input_ids"]) - rows[0]["n_generated"]] == \
         rows[0]["input_ids"][:len(rows[0]["input_ids"]) - rows[0]["n_generated"]]
     out = tmp_path / "report.json"

@@ -27,7 +27,7 @@ per server, bench/RESULTS.md).
 5. `--distributed-executor-backend uni` (vLLM's own default for one process; smoke_cpu.yaml asks for it)
    runs the model in the engine's process. vLLM's CPU platform honours it only with
    `VLLM_ENABLE_V1_MULTIPROCESSING=0`, which the launcher then sets (unless set): else a third interpreter
-   starts for the one worker, ~10 s of CPU per server start (bench/RESULTS.md, "The vLLM CPU server").
+   starts for the one worker, its threads bound to core 0 (bench/RESULTS.md, "The vLLM CPU server").
 
 Nothing is changed on import: only `main()` applies the adaptations. The pinned vLLM and AReaL
 versions are checked first, so another release fails with one clear sentence instead of a missing
