@@ -67,13 +67,17 @@ AREAL_PROCESS_GROUPS = {
     # the smoke run on a domain of another size: seed 9 (tests/cpu/test_smoke_shapes.py)
     ("tests/cpu/test_smoke_shapes.py::test_an_odd_sized_domain_without_splits_trains_across_epochs_and_"
      "leaves_nothing_behind"): "areal-processes",
+    # the GPU bench's trainers on a CPU: a whole run's memory; here it never makes the SLURM run wait for it
+    ("tests/bench/test_bench_tree_gpu.py::test_the_gpu_bench_runs_both_modes_on_a_cpu_and_the_tree_computes_"
+     "fewer_tokens"): "areal-processes",
     # the requeue run, the failed start and the pending trainer through SLURM: seeds and clusters of their own
     "tests/slurm/test_smoke_on_slurm.py": "areal-slurm",
 }
 """The tests that start AReaL's own processes (a module's path, or one test's id) and their xdist group (see
 the module docstring); a test's own entry wins over its module's. Each group uses seeds of its own, so the
-groups may run at once. Every whole training run is in one of the two groups: at most two run at once, which
-is what 24 GiB holds (`MEMORY_RESERVE_GIB`), and the third worker runs the other tests meanwhile."""
+groups may run at once. Every whole training run (and every test that takes as much memory) is in one of the
+two groups: at most two run at once, which is what 24 GiB holds (`MEMORY_RESERVE_GIB`), the SLURM requeue
+run, the longest, never waits for memory, and the third worker runs the other tests meanwhile."""
 
 
 def areal_group_of_node(nodeid: str) -> str | None:
