@@ -24,6 +24,7 @@ import requests
 
 from examples.tau2.cpu.tiny_model import TinyModelRecipe, ensure_tiny_model
 from examples.tau2.cpu.trainer import LAUNCHER_MODULE, vllm_python, vllm_server_env
+from examples.tau2.cpu.vllm_cpu_server import IN_ENGINE_PROCESS
 
 REPO = Path(__file__).resolve().parents[1]
 BACKENDS = ("mp", "uni")
@@ -34,7 +35,7 @@ def serve_once(model: Path, backend: str, port: int) -> tuple[float, float, int]
     cmd = [vllm_python(), "-m", LAUNCHER_MODULE, "--model", str(model), "--dtype", "float32",
            "--enforce-eager", "--block-size", "32", "--max-model-len", "1024",
            "--distributed-executor-backend", backend, "--host", "127.0.0.1", "--port", str(port)]
-    env = {k: v for k, v in vllm_server_env().items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"}
+    env = {k: v for k, v in vllm_server_env().items() if k != IN_ENGINE_PROCESS}  # the launcher decides
     started = time.monotonic()
     server = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                               text=True, start_new_session=True)
