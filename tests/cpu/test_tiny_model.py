@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -19,6 +20,7 @@ from examples.tau2.cpu.tiny_model import (
     build_random_model,
     cache_key,
     ensure_tiny_model,
+    freed_memory_kept,
     latest_saved_model,
     load_info,
     record_oracle_turns,
@@ -187,3 +189,19 @@ def test_latest_saved_model_is_the_newest_model_dir(tmp_path):
         (root / step / "config.json").write_text("{}")
         os.utime(root / step / "config.json", (1000 + i, 1000 + i))
     assert latest_saved_model(saver) == root / "globalstep2"
+
+
+def test_freed_memory_is_reused_inside_and_given_back_after():
+    """A freed 200 MB tensor: outside, its next allocation is faulted in (and zeroed) page by page again;
+    inside `freed_memory_kept`, it reuses the heap; after, glibc's defaults are back."""
+    def pages_faulted_by_a_second_allocation() -> int:
+        torch.ones(50_000_000)  # 200 MB, freed at once
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        torch.ones(50_000_000)
+        return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+    outside = pages_faulted_by_a_second_allocation()
+    with freed_memory_kept():
+        inside = pages_faulted_by_a_second_allocation()
+    after = pages_faulted_by_a_second_allocation()
+    assert inside < 1_000 < outside and after > 1_000, (outside, inside, after)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import ctypes
 import dataclasses
 import fcntl
 import hashlib
@@ -440,18 +441,19 @@ def ensure_tiny_model(recipe: TinyModelRecipe, cache_dir: str | Path | None = No
 
         random.seed(recipe.seed)
         torch.manual_seed(recipe.seed)
-        model = build_random_model(recipe)
-        info = TinyModelInfo(key=key, recipe=dataclasses.asdict(recipe),
-                             num_parameters=sum(p.numel() for p in model.parameters()))
-        if examples:
-            logger.info("warming up the tiny model on %d oracle turns (%d steps)", len(examples),
-                        recipe.warmup_steps)
-            stats = warm_up(model, tokenizer, examples, recipe)
-            info.warmup_examples = len(examples)
-            info.warmup_first_loss = stats["first_loss"]
-            info.warmup_final_loss = stats["final_loss"]
-            info.warmup_greedy_exact = stats["greedy_exact"]
-            info.extra["shared_prefix_tokens"] = int(stats["shared_prefix_tokens"])
+        with freed_memory_kept():
+            model = build_random_model(recipe)
+            info = TinyModelInfo(key=key, recipe=dataclasses.asdict(recipe),
+                                 num_parameters=sum(p.numel() for p in model.parameters()))
+            if examples:
+                logger.info("warming up the tiny model on %d oracle turns (%d steps)", len(examples),
+                            recipe.warmup_steps)
+                stats = warm_up(model, tokenizer, examples, recipe)
+                info.warmup_examples = len(examples)
+                info.warmup_first_loss = stats["first_loss"]
+                info.warmup_final_loss = stats["final_loss"]
+                info.warmup_greedy_exact = stats["greedy_exact"]
+                info.extra["shared_prefix_tokens"] = int(stats["shared_prefix_tokens"])
         tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{key}."))
         try:
             model.save_pretrained(tmp, safe_serialization=True)
@@ -466,6 +468,29 @@ def ensure_tiny_model(recipe: TinyModelRecipe, cache_dir: str | Path | None = No
         logger.info("tiny model %s built in %.1f s; cached there, later runs of this recipe load it",
                     final, info.build_s)
     return final
+
+
+@contextlib.contextmanager
+def freed_memory_kept() -> Iterator[None]:
+    """glibc hands each freed block over 32 MiB back to the kernel, which zeroes it again at its next use: the
+    warm-up's float32 logits over Qwen3's vocabulary (~200 MB a step) made a third of a build's CPU time the
+    kernel's (bench/RESULTS.md, "The test suite"). Inside, freed memory stays in the heap for the next step;
+    after, the heap is trimmed and glibc's defaults are back. Elsewhere than glibc, nothing changes."""
+    try:
+        libc = ctypes.CDLL(None)
+        mallopt, malloc_trim = libc.mallopt, libc.malloc_trim
+    except (OSError, AttributeError):
+        yield
+        return
+    m_trim_threshold, m_mmap_max = -1, -4  # glibc's malloc.h
+    mallopt(m_mmap_max, 0)
+    mallopt(m_trim_threshold, 2**31 - 1)  # an int: the most it takes
+    try:
+        yield
+    finally:
+        mallopt(m_mmap_max, 65536)
+        mallopt(m_trim_threshold, 128 * 1024)
+        malloc_trim(0)
 
 
 @contextlib.contextmanager
