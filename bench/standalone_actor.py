@@ -13,6 +13,7 @@ import contextlib
 import enum
 import os
 import random
+import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,12 +58,15 @@ def single_process_group(backend: str = "gloo") -> Iterator[None]:
     if dist.is_initialized():
         raise RuntimeError("torch.distributed is already initialized in this process")
     saved = {key: os.environ.get(key) for key in DISTRIBUTED_ENV}
-    defaults = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(29500 + os.getpid() % 20000),
-                "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}
-    for key, value in defaults.items():
-        os.environ.setdefault(key, value)
-    dist.init_process_group(backend=backend, world_size=1, rank=0)
+    with socket.socket() as probe:  # a port free now: one derived from the pid may be any process's
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    defaults = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": "0", "WORLD_SIZE": "1",
+                "LOCAL_RANK": "0"}
     try:
+        for key, value in defaults.items():
+            os.environ.setdefault(key, value)
+        dist.init_process_group(backend=backend, world_size=1, rank=0)
         yield
     finally:
         if dist.is_initialized():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 
@@ -43,3 +44,16 @@ def test_the_suites_check_sees_a_group_left_initialized(monkeypatch):
     assert leaked == {"torch.distributed group", "MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE"}
     restore_distributed_state(before)
     assert not dist.is_initialized() and distributed_state() == before
+
+
+def test_a_port_another_process_holds_is_not_taken(monkeypatch):
+    """The port the group once derived from the pid, held by another socket: it starts on a free one."""
+    for key in DISTRIBUTED_ENV:
+        monkeypatch.delenv(key, raising=False)
+    before = distributed_state()
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 29500 + os.getpid() % 20000))
+        held.listen()
+        with single_process_group():
+            assert dist.is_initialized() and os.environ["MASTER_PORT"] != str(held.getsockname()[1])
+    assert distributed_state() == before
