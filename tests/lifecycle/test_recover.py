@@ -119,6 +119,33 @@ def test_commit_swaps_in_the_staged_save_and_records_when(tmp_path):
     assert not staged(paths.info).exists() and not (paths.save_root / JOURNAL).exists()
 
 
+def test_a_signal_anywhere_in_commit_sees_the_step_a_rerun_resumes_after(tmp_path, monkeypatch):
+    """SIGTERM (`scontrol requeue`) may come anywhere in `commit`, and the SLURM journal notes the saved
+    step at once: the previous one until the commit record is written (a rerun undoes the save), the new
+    one from then on (a rerun completes it), also while the swap still runs."""
+    control = tau2_watchdog.RunControl(saved_step=0)
+    monkeypatch.setattr(tau2_recover, "CONTROL", control)
+    paths = recover_paths(_config(tmp_path))
+    _write_state(paths, 0, "old")
+    _write_state(_staged(paths), 1, "new")
+    seen: list[tuple[str, int | None]] = []
+    write, roll_forward = tau2_recover.write_atomic, tau2_recover._roll_forward
+
+    def noted_write(path: Path, text: str) -> None:
+        seen.append((f"before {path.name}", control.last_saved()))
+        write(path, text)
+        seen.append((f"after {path.name}", control.last_saved()))
+
+    monkeypatch.setattr(tau2_recover, "write_atomic", noted_write)
+    monkeypatch.setattr(tau2_recover, "_roll_forward", lambda p: (seen.append(("swap", control.last_saved())),
+                                                                  roll_forward(p)))
+    commit(paths, 1, {"domain": "mock"})
+    marker = tau2_recover.SAVED_MARKER
+    assert seen == [(f"before {marker}", 0), (f"after {marker}", 0), (f"before {JOURNAL}", 0),
+                    (f"after {JOURNAL}", 1), ("swap", 1)]
+    assert control.last_saved() == 1 and control.committing is None and saved_state(paths).global_step == 1
+
+
 def test_torn_info_is_no_saved_state(tmp_path):
     """AReaL would warn and start over from step 1; `saved_state` says there is nothing to resume."""
     paths = recover_paths(_config(tmp_path))
@@ -271,9 +298,9 @@ def test_run_control_knows_the_steps_it_committed():
 
     control, seen = RunControl(resumed_from=1), []
     control.on_first_step = lambda: seen.append(control.first_step)
-    control.committed(2, saved=1)
-    control.committed(3, saved=None)
-    assert seen == [2] and control.last_step == 3 and control.saved_step == 1
+    control.committed(2)
+    control.committed(3)
+    assert seen == [2] and control.last_step == 3 and control.last_saved() is None
 
 
 def test_watchdog_interrupts_once_a_server_has_refused_for_long_enough(monkeypatch, closed_port):

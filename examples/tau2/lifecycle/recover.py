@@ -98,7 +98,9 @@ def commit(paths: RecoverPaths, global_step: int, trained_on: dict[str, Any]) ->
     """Swap the complete save in `.next` in (called once every `.next` directory is written)."""
     write_atomic(staged(paths.info) / SAVED_MARKER, json.dumps(
         {"global_step": global_step, "saved_at": time.time(), "trains_on": trained_on}))
+    CONTROL.committing = (global_step, paths.journal)
     write_atomic(paths.journal, json.dumps({"global_step": global_step}))
+    CONTROL.saved_step, CONTROL.committing = global_step, None
     _roll_forward(paths)
 
 
@@ -233,7 +235,6 @@ class AtomicRecoverHandler(RecoverHandler):
         if self.last_step_info is not step_info:  # not due at this step
             return
         commit(self.paths, step_info.global_step, trains_on(self.run_config))
-        CONTROL.saved_step = step_info.global_step  # at once: a SIGTERM from here on reports this step saved
         logger.info("saved the recover state of step %d in %.1f s (%s)", step_info.global_step + 1,
                     time.perf_counter() - start, self.paths.save_root)
 

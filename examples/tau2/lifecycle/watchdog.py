@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from examples.tau2.runtime.process import hard_exit, stop_descendants
 
@@ -46,19 +47,23 @@ class RunControl:
     last_step: int | None = None
     """The last step this process committed (its stats written)."""
     saved_step: int | None = None
-    """The last step whose state is saved (set at resume and at each save)."""
+    """The last step whose state is saved (set at resume and at each save); read it with `last_saved`."""
+    committing: tuple[int, Path] | None = None
+    """A save being committed: its step, and the record that makes it saved (a rerun completes it)."""
     finished: bool = False
     saving: bool = False
     """At a step's end, committing its stats and saving: a stop past its deadline waits for this."""
     on_first_step: Callable[[], None] | None = None
 
-    def committed(self, step: int, saved: int | None) -> None:
+    def last_saved(self) -> int | None:
+        """Exact whenever a signal comes: a save being committed counts once its record exists."""
+        return self.committing[0] if self.committing and self.committing[1].exists() else self.saved_step
+
+    def committed(self, step: int) -> None:
         first = self.first_step is None
         if first:
             self.first_step, self.first_step_at = step, time.time()
         self.last_step = step
-        if saved is not None:
-            self.saved_step = saved
         if first and self.on_first_step is not None:
             self.on_first_step()
 

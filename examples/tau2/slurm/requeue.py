@@ -159,14 +159,15 @@ class Journal:
 def ending(restart: int, cause: Cause, detail: str, signal_at: float | None,
            requeued: bool = False) -> Ending:
     """This incarnation's end as `CONTROL` saw the run."""
-    saved, last = (None if s is None else s + 1 for s in (CONTROL.saved_step, CONTROL.last_step))
+    saved, last = (None if s is None else s + 1 for s in (CONTROL.last_saved(), CONTROL.last_step))
     return Ending(restart, cause, detail, time.time(), signal_at, saved, last, made_progress(), requeued)
 
 
 def made_progress() -> bool:
     """Whether this process saved a step beyond the one it resumed from."""
     resumed = -1 if CONTROL.resumed_from is None else CONTROL.resumed_from
-    return CONTROL.saved_step is not None and CONTROL.saved_step > resumed
+    saved = CONTROL.last_saved()
+    return saved is not None and saved > resumed
 
 
 def ending_before(earlier: list[Ending], restart: int) -> Ending | None:

@@ -132,36 +132,29 @@ class Tau2PPOTrainer(PPOTrainer):
         """AReaL's loop, stopped with `InferenceServerDied` / `WorkerJobEnded` when a watchdog finds that
         a server died or (`Tau2SlurmScheduler`) a worker job ended, and with `StopRequested` when asked to
         stop (`CONTROL`) and interrupted before a step's end."""
-        from examples.tau2.lifecycle.watchdog import (
-            CONTROL,
-            InferenceServerDied,
-            ServerWatchdog,
-            StopRequested,
-            Watchdog,
-            WorkerJobEnded,
-        )
+        from examples.tau2.lifecycle import watchdog as wd
 
         infos = getattr(getattr(self, "rollout", None), "server_infos", None) or []
         ended_job = getattr(self.scheduler, "ended_job", None)  # Tau2SlurmScheduler's
-        with (Watchdog(ended_job, self.job_poll_s, name="tau2-job-watchdog") as jobs,
-              ServerWatchdog([(s.host, s.port) for s in infos], self.server_dead_after_s) as servers):
+        with (wd.Watchdog(ended_job, self.job_poll_s, name="tau2-job-watchdog") as jobs,
+              wd.ServerWatchdog([(s.host, s.port) for s in infos], self.server_dead_after_s) as servers):
             try:
                 result = super().train(*args, **kwargs)
             except KeyboardInterrupt:
                 if jobs.failure:
-                    raise WorkerJobEnded(jobs.failure) from None
+                    raise wd.WorkerJobEnded(jobs.failure) from None
                 if servers.failure:  # its job may have ended with it: that is the cause
                     if ended := self._ended_job_sentence(ended_job):
-                        raise WorkerJobEnded(ended) from None
-                    raise InferenceServerDied(servers.failure) from None
-                if CONTROL.stop_reason:
-                    raise StopRequested(f"{CONTROL.stop_reason}; stopped before the step's end") from None
+                        raise wd.WorkerJobEnded(ended) from None
+                    raise wd.InferenceServerDied(servers.failure) from None
+                if reason := wd.CONTROL.stop_reason:
+                    raise wd.StopRequested(f"{reason}; stopped before the step's end") from None
                 raise
             except Exception as e:  # a call to a worker whose job ended may fail before the watchdog looks
-                if (ended := self._ended_job_sentence(ended_job)) and not isinstance(e, WorkerJobEnded):
-                    raise WorkerJobEnded(ended) from e
+                if (ended := self._ended_job_sentence(ended_job)) and not isinstance(e, wd.WorkerJobEnded):
+                    raise wd.WorkerJobEnded(ended) from e
                 raise
-            CONTROL.finished = True
+            wd.CONTROL.finished = True
             return result
 
     @staticmethod
@@ -205,6 +198,7 @@ class Tau2PPOTrainer(PPOTrainer):
         CONTROL.saving = True  # the step is trained: a stop request waits for its save
         try:
             super()._export_and_commit_stats(epoch, epoch_step, global_step)
+            CONTROL.committed(global_step)  # its save (`recover.commit`) sets `CONTROL.saved_step`
             deferred, self._deferred_recover_save = self._deferred_recover_save, None
             last = global_step + 1 >= self._total_steps()
             stopping = bool(CONTROL.stop_reason) and not last
@@ -214,8 +208,6 @@ class Tau2PPOTrainer(PPOTrainer):
                 super()._save_recover_checkpoint(*deferred)
         finally:
             CONTROL.saving = False
-        info = self.recover_handler.last_step_info
-        CONTROL.committed(global_step, info.global_step if info is not None else None)
         if last:
             CONTROL.finished = True
         if stopping:
