@@ -265,6 +265,16 @@ def endpoint(endpoint_server: EndpointThread) -> EndpointThread:
     return endpoint_server
 
 
+@pytest.fixture(scope="session")
+def tokenizer() -> Any:
+    """The real Qwen3 tokenizer and chat template (cpu/tiny_model.tokenizer_dir), loaded once a worker."""
+    from transformers import AutoTokenizer
+
+    from examples.tau2.cpu.tiny_model import tokenizer_dir
+
+    return AutoTokenizer.from_pretrained(tokenizer_dir())
+
+
 @pytest.fixture
 def closed_port() -> int:
     """A loopback port nothing listens on (connection refused)."""

@@ -13,9 +13,6 @@ from __future__ import annotations
 from areal.utils.hf_utils import apply_chat_template
 from openai.types.chat.completion_create_params import CompletionCreateParams
 from pydantic import TypeAdapter
-from transformers import AutoTokenizer
-
-from examples.tau2.cpu.tiny_model import tokenizer_dir
 
 MESSAGES = [{"role": "system", "content": "You help."}, {"role": "user", "content": "Close task_1."}]
 TOOLS = [{"type": "function", "function": {
@@ -24,16 +21,16 @@ TOOLS = [{"type": "function", "function": {
                    "required": ["task_id"]}}}]
 
 
-def test_the_proxy_request_schema_renders_type_after_function():
+def test_the_proxy_request_schema_renders_type_after_function(tokenizer):
     schema = TypeAdapter(CompletionCreateParams)  # alive while its lazy `tools` iterator is read
     body = schema.validate_python({"model": "m", "messages": MESSAGES, "tools": TOOLS})
     proxied = [dict(t) for t in body["tools"]]
     assert [list(t) for t in proxied] == [["function", "type"]]  # the request sent ["type", "function"]
     assert proxied == TOOLS  # the same content, another order
 
-    tok = AutoTokenizer.from_pretrained(tokenizer_dir())
-    as_sent = tok.apply_chat_template(MESSAGES, tools=TOOLS, add_generation_prompt=True, tokenize=False)
-    as_proxied = apply_chat_template(tok, MESSAGES, tools=proxied, add_generation_prompt=True, tokenize=False)
+    as_sent = tokenizer.apply_chat_template(MESSAGES, tools=TOOLS, add_generation_prompt=True, tokenize=False)
+    as_proxied = apply_chat_template(tokenizer, MESSAGES, tools=proxied, add_generation_prompt=True,
+                                     tokenize=False)
     assert '{"type": "function", "function": {"name": "update_task_status"' in as_sent
     assert '{"function": {"name": "update_task_status"' in as_proxied
     assert '"type": "function"}\n</tools>' in as_proxied

@@ -59,14 +59,9 @@ def test_the_sglang_rendering_refuses_another_sglang(monkeypatch):
         template_inputs(ServingEngine.SGLANG, MESSAGES, [TOOL])
 
 
-def test_rendered_arguments_are_what_the_template_writes():
-    from transformers import AutoTokenizer
-
-    from examples.tau2.cpu.tiny_model import tokenizer_dir
-
-    tok = AutoTokenizer.from_pretrained(tokenizer_dir())
+def test_rendered_arguments_are_what_the_template_writes(tokenizer):
     for engine in ServingEngine:
         messages, tools = template_inputs(engine, MESSAGES, [TOOL])
-        text = tok.apply_chat_template(messages, tools=tools, tokenize=False)
+        text = tokenizer.apply_chat_template(messages, tools=tools, tokenize=False)
         assert '{"name": "f", "arguments": {"b": "é", "a": 1}}' in text  # re-serialised, not escaped
         assert json.dumps(tools[0]) in text

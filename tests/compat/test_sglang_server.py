@@ -34,15 +34,6 @@ MESSAGES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def tokenizer() -> object:
-    from transformers import AutoTokenizer
-
-    from examples.tau2.cpu.tiny_model import tokenizer_dir
-
-    return AutoTokenizer.from_pretrained(tokenizer_dir())
-
-
 SGLANG_ENV = ("TORCHINDUCTOR_CACHE_DIR", "DG_JIT_CACHE_DIR", "DG_JIT_USE_NVRTC")
 """Environment variables SGLang's server modules set when imported."""
 

@@ -139,12 +139,6 @@ def no_recording(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(parity, "record_cases", record_cases)
 
 
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextmanager
 def http_server(answer: Callable[[str, str], tuple[int, str, bytes]]) -> Iterator[str]:
     """A threaded HTTP server on 127.0.0.1 answering `answer(method, path)`; yields its /v1 URL."""
@@ -215,8 +209,8 @@ START_HINT = "python -m examples.tau2.cpu.vllm_cpu_server --model MODEL_DIR --po
 
 
 @pytest.mark.timeout(60)
-def test_a_closed_port_is_not_reachable(capsys, no_recording):
-    url = f"http://127.0.0.1:{_closed_port()}/v1"
+def test_a_closed_port_is_not_reachable(capsys, no_recording, closed_port):
+    url = f"http://127.0.0.1:{closed_port}/v1"
     line = _run(capsys, "--engine", "vllm", "--vllm-url", url)
     assert f"the vLLM server at {url} is not reachable" in line and "refused" in line.lower()
     assert START_HINT in line and "TRAINING.md" in line

@@ -98,12 +98,11 @@ def test_concurrent_builds_of_one_recipe_build_it_once(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")) == [paths[0].name]
 
 
-def test_oracle_turns_render_as_tool_calls_the_model_can_learn():
+def test_oracle_turns_render_as_tool_calls_the_model_can_learn(tokenizer):
     examples = record_oracle_turns("mock", ["create_task_1"])
     assert len(examples) == 2  # the tool call, then the closing statement
-    tok = AutoTokenizer.from_pretrained(tokenizer_dir())
-    prompt, target = render_example(tok, examples[0])
-    text = tok.decode(target)
+    prompt, target = render_example(tokenizer, examples[0])
+    text = tokenizer.decode(target)
     assert text.endswith("<|im_end|>") and "<tool_call>" in text and '"create_task"' in text
     assert examples[0].tools and any(t["function"]["name"] == "create_task" for t in examples[0].tools)
     # the `user-scenario` user opened with the task's instructions, not with its persona
@@ -112,12 +111,12 @@ def test_oracle_turns_render_as_tool_calls_the_model_can_learn():
     assert opening.endswith("Create a new task called 'Important Meeting' for user_1.")
     assert "Persona" not in opening
     # the prompt is what AReaL's proxy renders for the same request
-    rendered = tok.apply_chat_template(examples[0].messages, tools=examples[0].tools,
+    rendered = tokenizer.apply_chat_template(examples[0].messages, tools=examples[0].tools,
                                        add_generation_prompt=True, tokenize=False)
-    assert tok.decode(prompt) == rendered
+    assert tokenizer.decode(prompt) == rendered
 
     model = build_random_model(TinyModelRecipe())
-    stats = warm_up(model, tok, examples, TinyModelRecipe(warmup_steps=4, warmup_lr=1e-2))
+    stats = warm_up(model, tokenizer, examples, TinyModelRecipe(warmup_steps=4, warmup_lr=1e-2))
     assert stats["final_loss"] < stats["first_loss"]
     assert 0 < stats["shared_prefix_tokens"] < len(prompt)
 

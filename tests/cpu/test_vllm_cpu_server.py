@@ -10,7 +10,6 @@ import asyncio
 import json
 import os
 import shutil
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -19,6 +18,7 @@ import pytest
 
 from examples.tau2.cpu.trainer import vllm_python
 from examples.tau2.cpu.vllm_cpu_server import _translate_pause
+from tests.cpu.smoke_support import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -91,12 +91,6 @@ print(json.dumps(sorted(k for k in before if before[k] != after[k])))
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.memory(gib=4.5)  # a vLLM CPU server and the model (4.2 GiB measured)
 @pytest.mark.slow
 def test_disk_weight_update_reaches_the_running_server(tmp_path):
@@ -123,7 +117,7 @@ def test_disk_weight_update_reaches_the_running_server(tmp_path):
     for name in TOKENIZER_FILES:
         shutil.copyfile(base / name, changed / name)
 
-    port = _free_port()
+    port = free_port()
     cfg = vLLMConfig(model=str(base), dtype="float32", enforce_eager=True, block_size=32, max_model_len=1024,
                      distributed_executor_backend="uni",  # as smoke_cpu.yaml
                      max_num_seqs=4,

@@ -59,15 +59,6 @@ def oracle_eval(endpoint_server, tmp_path_factory):
     return out, [r for r in endpoint_server.endpoint.recent if r.model == "oracle"]
 
 
-@pytest.fixture(scope="module")
-def tokenizer():
-    from transformers import AutoTokenizer
-
-    from examples.tau2.cpu.tiny_model import tokenizer_dir
-
-    return AutoTokenizer.from_pretrained(tokenizer_dir())
-
-
 def plain(messages: list[dict]) -> list[dict]:
     return [{k: v for k, v in m.items() if k != "weight"} for m in messages]
 

@@ -50,16 +50,13 @@ def test_cpu_variant_loads_into_the_sft_schema(oracle_data):
     assert cluster.actor.path == "Qwen/Qwen3-1.7B" and check_config(cluster) == []
 
 
-def test_dry_run_reports_the_data_as_the_trainer_will_see_it(oracle_data, capsys):
+def test_dry_run_reports_the_data_as_the_trainer_will_see_it(oracle_data, capsys, tokenizer):
     assert main([*cpu_args(oracle_data), "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "backend fsdp:d1 on CPU (CpuSFTTrainer)" in out and "PROBLEM" not in out
-    from transformers import AutoTokenizer
-
-    from examples.tau2.cpu.tiny_model import tokenizer_dir
     from examples.tau2.sft.data import read_rows
 
-    encoded, _ = encode_rows(AutoTokenizer.from_pretrained(tokenizer_dir()), read_rows(oracle_data))
+    encoded, _ = encode_rows(tokenizer, read_rows(oracle_data))
     tokens = sum(len(r["input_ids"]) for r in encoded)
     trained = sum(sum(r["loss_mask"]) for r in encoded)
     assert f"7 rows (0 longer than max_length left out), {tokens} tokens of which {trained} trained" in out
