@@ -127,9 +127,10 @@ def test_progress_and_an_overdue_stop(monkeypatch):
     control = watchdog.RunControl(resumed_from=1, saved_step=1, saving=True)
     monkeypatch.setattr(requeue, "CONTROL", control)
     handler = requeue.WarningHandler(7, WarningSignal.parse("USR1@60"))
-    assert not requeue.made_progress() and handler.overdue() == ""
+    assert not requeue.made_progress(control.last_saved()) and handler.overdue() == ""
     control.saved_step, control.stop_reason, handler.stop_by = 4, "preempted", 0.0  # its deadline passed
-    assert requeue.made_progress() and handler.overdue() == ""  # a save under way: the stop waits for it
+    # a save under way: the stop waits for it
+    assert requeue.made_progress(control.last_saved()) and handler.overdue() == ""
     control.saving = False
     assert handler.overdue() == "preempted: the run did not reach the end of a step in time; stopping it now"
 

@@ -158,15 +158,15 @@ class Journal:
 
 def ending(restart: int, cause: Cause, detail: str, signal_at: float | None,
            requeued: bool = False) -> Ending:
-    """This incarnation's end as `CONTROL` saw the run."""
-    saved, last = (None if s is None else s + 1 for s in (CONTROL.last_saved(), CONTROL.last_step))
-    return Ending(restart, cause, detail, time.time(), signal_at, saved, last, made_progress(), requeued)
+    """This incarnation's end as `CONTROL` saw the run; its saved step read once (a save may be under way)."""
+    step = CONTROL.last_saved()
+    saved, last = (None if s is None else s + 1 for s in (step, CONTROL.last_step))
+    return Ending(restart, cause, detail, time.time(), signal_at, saved, last, made_progress(step), requeued)
 
 
-def made_progress() -> bool:
-    """Whether this process saved a step beyond the one it resumed from."""
+def made_progress(saved: int | None) -> bool:
+    """Whether `saved` (0-based, `CONTROL.last_saved()`) is beyond the step this process resumed from."""
     resumed = -1 if CONTROL.resumed_from is None else CONTROL.resumed_from
-    saved = CONTROL.last_saved()
     return saved is not None and saved > resumed
 
 
