@@ -22,6 +22,7 @@ import random
 import shutil
 import signal
 import socket
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -273,6 +274,14 @@ def tokenizer() -> Any:
     from examples.tau2.cpu.tiny_model import tokenizer_dir
 
     return AutoTokenizer.from_pretrained(tokenizer_dir())
+
+
+@pytest.fixture
+def vllm_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A smoke config's checks need a vLLM interpreter to exist; any executable will do (not for a run)."""
+    from examples.tau2.cpu.trainer import VLLM_PYTHON_ENV
+
+    monkeypatch.setenv(VLLM_PYTHON_ENV, sys.executable)
 
 
 @pytest.fixture

@@ -48,13 +48,6 @@ def tokenizer_dir() -> str:
 
 
 @pytest.fixture(scope="module")
-def tokenizer(tokenizer_dir: str) -> Any:
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(tokenizer_dir)
-
-
-@pytest.fixture(scope="module")
 def sglang(tmp_path_factory: pytest.TempPathFactory, tokenizer_dir: str) -> Iterator[SGLangChatServer]:
     model = sglang_model_dir(tmp_path_factory.mktemp("sglang-model"), Path(tokenizer_dir))
     with SGLangChatServer(model) as server:

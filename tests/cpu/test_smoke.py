@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 import shutil
 import socket
-import sys
 from pathlib import Path
 
 import pytest
@@ -39,12 +38,6 @@ from tests.cpu.smoke_support import free_port
 from tests.lifecycle.test_recover import _write_state
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def vllm_env(monkeypatch):
-    """Config checks need a vLLM interpreter to exist; any executable will do for them."""
-    monkeypatch.setenv(VLLM_PYTHON_ENV, sys.executable)
 
 
 def _load(tmp_path, *overrides):
