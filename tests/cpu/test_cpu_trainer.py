@@ -28,8 +28,7 @@ def test_missing_vllm_venv_is_one_clear_error(monkeypatch, tmp_path):
         vllm_python()
 
 
-def test_server_command_is_areals_run_by_the_vllm_venv_through_the_launcher(monkeypatch):
-    monkeypatch.setenv(VLLM_PYTHON_ENV, sys.executable)
+def test_server_command_is_areals_run_by_the_vllm_venv_through_the_launcher(vllm_env):
     cfg = vLLMConfig(model="/m", dtype="float32", enforce_eager=True, block_size=32,
                      worker_extension_cls="examples.tau2.cpu.vllm_cpu_worker.CpuReloadWorkerExtension")
     args = vLLMConfig.build_args(cfg, 1, 1, host="127.0.0.1", port=1234)
