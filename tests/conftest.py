@@ -65,9 +65,6 @@ AREAL_PROCESS_GROUPS = {
     ("tests/lifecycle/test_reaper.py::"
      "test_the_reaper_stops_the_workers_of_a_killed_controller"): "areal-processes",  # a killed controller
     "tests/sft/test_train.py": "areal-processes",            # AReaL's SFT trainer under torchrun
-    # the smoke run on a domain of another size: seed 9 (tests/cpu/test_smoke_shapes.py)
-    ("tests/cpu/test_smoke_shapes.py::test_an_odd_sized_domain_without_splits_trains_across_epochs_and_"
-     "leaves_nothing_behind"): "areal-processes",
     # the GPU bench's trainers on a CPU: a whole run's memory; here it never makes the SLURM run wait for it
     ("tests/bench/test_bench_tree_gpu.py::test_the_gpu_bench_runs_both_modes_on_a_cpu_and_the_tree_computes_"
      "fewer_tokens"): "areal-processes",

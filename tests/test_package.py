@@ -50,6 +50,36 @@ def snapshot():
 '''
 
 
+UPSTREAM_MODULES = [
+    "areal",
+    "areal.api.cli_args",
+    "areal.api.alloc_mode",
+    "areal.experimental.openai",
+    "areal.experimental.openai.proxy.proxy_rollout_server",
+    "areal.experimental.openai.proxy.workflow",
+    "areal.experimental.openai.tool_call_parser",
+    "areal.experimental.engine.archon_engine",
+    "areal.engine.fsdp_engine",
+    "areal.engine.sglang_remote",
+    "areal.engine.vllm_remote",
+    "areal.infra.rpc.rpc_server",
+    "areal.infra.scheduler.local",
+    "areal.infra.scheduler.slurm",
+    "areal.utils.stats_tracker",
+    "tau2.registry",
+    "tau2.orchestrator.orchestrator",
+    "tau2.evaluator.evaluator",
+    "tau2.user.user_simulator",
+    "tau2.agent.llm_agent",
+    "tau2.environment.environment",
+    "sglang.srt.function_call.function_call_parser",
+    "sglang.srt.parser.reasoning_parser",
+]
+"""Every AReaL, tau2 and SGLang module the project uses, directly or through AReaL's workers (which import
+them by name): they import in a fresh interpreter, so nothing another test imported hides a missing
+dependency, before the package's own (`test_importing_every_module_changes_no_global_state`)."""
+
+
 def package_modules() -> list[str]:
     names = [m.name for m in pkgutil.walk_packages(examples.tau2.__path__, "examples.tau2.")]
     return sorted(n for n in names if n not in VLLM_VENV_ONLY)
@@ -85,7 +115,8 @@ def _run(code: str, env: dict[str, str]) -> dict:
 def test_importing_every_module_changes_no_global_state():
     modules = package_modules()
     assert "examples.tau2.tau2_agent" in modules and "examples.tau2.cpu.smoke" in modules
-    deps = third_party_imports(modules)
+    deps = [*third_party_imports(modules), *([m] for m in UPSTREAM_MODULES),
+            ["areal", "PPOTrainer"], ["areal.api.cli_args", "load_expr_config", "PPOConfig"]]
     code = SNAPSHOT + (
         "import importlib\n"
         f"for m, *names in {deps!r}:\n"

@@ -9,15 +9,20 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import psutil
 import pytest
 
+from examples.tau2.cpu.tiny_model import default_cache_dir
 from examples.tau2.cpu.trainer import vllm_python
 from tests.cpu.smoke_support import (
     REPO,
@@ -56,14 +61,22 @@ def test_user_simulator_outage_then_vllm_server_death(tmp_path):
     been rejected (`user_endpoint`, logged and counted): the step waits and completes once it is back.
     (2) The vLLM server (its whole process tree) is killed during step 3: the watchdog stops the run with
     a message naming the server, and nothing is left running. The run builds no evaluation rollout (it
-    has no validation set)."""
+    has no validation set). It has a home and a temporary folder of its own, and even stopped so, it leaves
+    nothing there (AReaL's trainer and stats logger, its workers, the vLLM server) but torch's compile
+    cache."""
     assert vllm_python()
     port = free_port()
     user = _start_user_simulator(port)
-    cmd = smoke_command(tmp_path, "total_train_steps=3", "++smoke.serve_user_simulator=false", user_port=port)
-    log = tmp_path / "run.log"
+    cmd = smoke_command(tmp_path, "total_train_steps=3", "++smoke.serve_user_simulator=false",
+                        f"smoke.cache_dir={default_cache_dir()}", user_port=port)  # the suite's policy
+    log, home = tmp_path / "run.log", tmp_path / "home"
+    home.mkdir()
+    # short: vLLM's sockets go in the run's folder inside it, and a socket's path takes at most 107 bytes
+    temp = Path(tempfile.mkdtemp(prefix="tau2-lt-", dir="/tmp"))
+    env = {k: v for k, v in os.environ.items() if k not in ("XDG_CACHE_HOME", "TORCHINDUCTOR_CACHE_DIR")}
     with log.open("w") as out:
-        run = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        run = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                               env={**env, "HOME": str(home), "TMPDIR": str(temp)})
     server_tree: list[psutil.Process] = []
     try:
         wait_for(lambda: len(stats_steps(tmp_path)) >= 1, run, log, RUN_TIMEOUT_S, "step 1")
@@ -105,7 +118,13 @@ def test_user_simulator_outage_then_vllm_server_death(tmp_path):
             time.sleep(0.2)
         assert not processes_of(tmp_path)
         assert not [p for p in server_tree if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        left = {str(p.relative_to(temp)) for p in temp.rglob("*")}
+        left = {p for p in left if not p.startswith("torchinductor_")}
+        left |= {f"~/{p.relative_to(home)}" for p in home.rglob("*") if str(p.relative_to(home)).startswith(
+            ".cache/swanlab/run-")}
+        assert left == set(), sorted(left)[:20]
     finally:
+        shutil.rmtree(temp, ignore_errors=True)
         kill_all(run, tmp_path)
         user.kill()
         user.wait()

@@ -1,6 +1,7 @@
 """The smoke and learn runs on domains of every size a user may bring (tests/domain_shapes.py): the
 pre-flight accepts exactly the runs that train their steps, each of which saves its last step, and refuses
-the others naming the override that makes them run; an odd-sized domain end to end.
+the others naming the override that makes them run. An odd-sized domain (five tasks, no splits) trains end
+to end through SLURM, across a requeue at the epoch's end (tests/slurm/test_smoke_on_slurm.py).
 
 The expectations are counted here from each domain's task count, not read from the code under test: a run
 trains `total_train_steps` steps when the domain gives at least one step per epoch (its epochs follow), and
@@ -9,22 +10,17 @@ an epoch has `tasks // batch` steps (`drop_last`).
 
 from __future__ import annotations
 
-import json
 import math
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 
-from examples.tau2.cpu.smoke import SUMMARY_FILE
 from examples.tau2.cpu.smoke_config import MAIN_CONFIG, check_config, load_smoke_config
-from examples.tau2.cpu.tiny_model import default_cache_dir
-from tests.cpu.smoke_support import REPO, RUN_TIMEOUT_S, check_passing_run, free_port, smoke_command
-from tests.domain_shapes import EXAMPLE, write_domain
+from tests.cpu.smoke_support import REPO, RUN_TIMEOUT_S, free_port, smoke_command
+from tests.domain_shapes import write_domain
 
 SIZES = range(1, 13)
 """Training tasks per generated domain."""
@@ -81,14 +77,13 @@ def test_epochs_set_on_the_command_line_stand_and_too_few_steps_are_refused(tmp_
     assert [e for e in errors if e.endswith("set total_train_steps=2")], errors
 
 
-def _run_guide_smoke(tmp_path: Path, domain_folder: Path, *overrides: str,
-                     env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def _run_guide_smoke(tmp_path: Path, domain_folder: Path, *overrides: str) -> subprocess.CompletedProcess:
     """docs/own_domain.md's smoke command at CI size, the domain's folder on PYTHONPATH, all under
-    `tmp_path`, in `env` (else this process's environment)."""
-    env = dict(os.environ if env is None else env)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(domain_folder), env.get("PYTHONPATH", "")) if p)
+    `tmp_path`."""
+    path = os.pathsep.join(p for p in (str(domain_folder), os.environ.get("PYTHONPATH", "")) if p)
     cmd = smoke_command(tmp_path, "seed=9", *overrides)
-    return subprocess.run(cmd, cwd=REPO, env=env, text=True, capture_output=True, timeout=RUN_TIMEOUT_S)
+    return subprocess.run(cmd, cwd=REPO, env={**os.environ, "PYTHONPATH": path}, text=True,
+                          capture_output=True, timeout=RUN_TIMEOUT_S)
 
 
 def test_the_smallest_domain_is_refused_before_anything_starts_naming_the_batch_that_fits(tmp_path):
@@ -100,39 +95,3 @@ def test_the_smallest_domain_is_refused_before_anything_starts_naming_the_batch_
                                "econfig.domain_modules=[tiny_desk]", f"econfig.train_split={split}")
     assert refused.returncode == 1, refused.stderr[-3000:]
     assert "set train_dataset.batch_size=1" in refused.stderr and "nothing was started" in refused.stderr
-
-
-@pytest.mark.memory(gib=10)  # a whole smoke run (tests/conftest.py)
-@pytest.mark.slow
-@pytest.mark.timeout(RUN_TIMEOUT_S + 300)
-def test_an_odd_sized_domain_without_splits_trains_across_epochs_and_leaves_nothing_behind(tmp_path):
-    """Five tasks and no splits: two steps an epoch in batches of two, so three steps take two epochs. The
-    run has a home and a temporary folder of its own: it leaves nothing there (AReaL's trainer and stats
-    logger, its workers, the vLLM server) but torch's compile cache. Its tasks are the example domain's, so
-    its policy is the example's, which scripts/test.sh builds before the tests (a build of its own would
-    cost two CPU-minutes and prove nothing that build does not)."""
-    folder, home = tmp_path / "domains", tmp_path / "home"
-    home.mkdir()
-    split = write_domain(folder, "odd_desk", "odddesk", 5, n_test=0, splits=False)
-    # short: vLLM's sockets go in the run's folder inside it, and a socket's path takes at most 107 bytes
-    temp = Path(tempfile.mkdtemp(prefix="tau2-lt-", dir="/tmp"))
-    env = {k: v for k, v in os.environ.items() if k not in ("XDG_CACHE_HOME", "TORCHINDUCTOR_CACHE_DIR")}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(EXAMPLE.parent), env.get("PYTHONPATH")) if p)
-    try:
-        done = _run_guide_smoke(tmp_path / "run", folder, "econfig.domain=odddesk",
-                                "econfig.domain_modules=[odd_desk]", f"econfig.train_split={split}",
-                                "total_train_steps=3", f"smoke.cache_dir={default_cache_dir()}",
-                                "smoke.tiny_model.warmup_domain=library",
-                                "smoke.tiny_model.warmup_domain_modules=[library_desk]",
-                                env={**env, "HOME": str(home), "TMPDIR": str(temp)})
-        left = {str(p.relative_to(temp)) for p in temp.rglob("*")}
-    finally:
-        shutil.rmtree(temp, ignore_errors=True)
-    assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-6000:])
-    summary = json.loads(next((tmp_path / "run").glob(f"**/{SUMMARY_FILE}")).read_text())
-    check_passing_run(summary, tmp_path / "run")
-    assert summary["steps"] == 3 and "globalstep2" in summary["checkpoint"], summary["checkpoint"]
-    left = {p for p in left if not p.startswith("torchinductor_")}
-    left |= {f"~/{p.relative_to(home)}" for p in home.rglob("*") if str(p.relative_to(home)).startswith(
-        ".cache/swanlab/run-")}
-    assert left == set(), sorted(left)[:20]

@@ -1,18 +1,21 @@
 """The CI-sized smoke run through a real SLURM, its controller a job that outlives its job
-(`tau2_rl.sh smoke --submit scheduler.type=slurm`, slurm/requeue.py), on the example domain of
-docs/own_domain.md (`library`, from the module `library_desk` on PYTHONPATH): every worker imports the
-module on its node, and the domain trains and passes as a built-in one does.
+(`tau2_rl.sh smoke --submit scheduler.type=slurm`, slurm/requeue.py), on a domain a user brings, of
+another shape than the project's example: five tasks and no splits (tests/domain_shapes.py, a copy of
+docs/own_domain.md's `library` from a module on PYTHONPATH), so two steps an epoch and three steps in
+two epochs. Every worker imports the module on its node, and the domain trains and passes as a built-in
+one does. Its tasks are the example's, so its policy is the example's, which scripts/test.sh builds.
 
 The controller, the actor and the rollout roles go out as `sbatch` jobs on two nodes of 2 CPUs; the
 workers run under `srun`, natively. One run of 3 steps meets, one after the other: a short `--time` limit
 (SLURM's warning comes at the start; the run saves after the step in progress and requeues itself),
 `scontrol requeue` of the controller job after a save (SIGTERM, no warning), and `scancel` of the rollout
-job in the next incarnation's first step; each time the next incarnation resumes from the saved step. The
-last one's trainer job pends behind another job past the start-up timeout and is waited for; it passes
-every check a smoke run promises (`smoke_support.check_passing_run`), with no job of the run left. A run
-whose worker cannot start is requeued twice, then stops with the cause and leaves nothing queued. One
-whole run costs minutes on 2 cores, so the rest of the SLURM path is tested where it is cheap, against the
-same real SLURM (tests/slurm/test_scheduler.py).
+job in the next incarnation's first step; each time the next incarnation resumes from the saved step (the
+last two at the end of the first epoch). The last one's trainer job pends behind another job past the
+start-up timeout and is waited for; it passes every check a smoke run promises
+(`smoke_support.check_passing_run`), with no job of the run left. A run whose worker cannot start is
+requeued twice, then stops with the cause and leaves nothing queued. One whole run costs minutes on 2
+cores, so the rest of the SLURM path is tested where it is cheap, against the same real SLURM
+(tests/slurm/test_scheduler.py).
 
 Each test runs with a seed of its own, in an xdist group of its own (tests/conftest.py), on a cluster of its
 own: AReaL draws its ports from `random` seeded with it, so neither picks the ports of the other or of the
@@ -44,6 +47,7 @@ from tests.cpu.smoke_support import (
     smoke_command,
     stats_steps,
 )
+from tests.domain_shapes import write_domain
 from tests.slurm.support import slurm
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800), pytest.mark.memory(gib=10)]  # a whole run
@@ -55,15 +59,21 @@ with it."""
 OWN_DOMAIN = REPO / "examples" / "tau2" / "docs" / "own_domain"
 LIBRARY = ("econfig.domain=library", "econfig.domain_modules=[library_desk]", "econfig.train_split=train")
 """docs/own_domain.md's smoke command."""
+ODD = ("econfig.domain=odddesk", "econfig.domain_modules=[odd_desk]", "econfig.train_split=all",
+       "smoke.tiny_model.warmup_domain=library", "smoke.tiny_model.warmup_domain_modules=[library_desk]")
+"""The guide's smoke command on the requeue run's five-task domain without splits, its policy warmed up on
+the example's tasks (the one scripts/test.sh builds)."""
 SCRIPT = REPO / "examples" / "tau2" / "tau2_rl.sh"
 INCARNATION_TIMEOUT_S = 600
 
 
 def submit_env(tmp_path: Path, sbatch: str, **more: str) -> dict[str, str]:
-    """This process's environment (the local SLURM's SLURM_CONF included), the example domain's folder on
-    PYTHONPATH, this interpreter, the controller's log and arguments under `tmp_path`, and `more`."""
+    """This process's environment (the local SLURM's SLURM_CONF included), the example domain's folder and
+    `tmp_path/domains` on PYTHONPATH, this interpreter, the controller's log and arguments under `tmp_path`,
+    and `more`."""
     env = {k: v for k, v in os.environ.items() if k not in ("TAU2_CONFIG",)}
-    path = os.pathsep.join(p for p in (str(OWN_DOMAIN), env.get("PYTHONPATH", "")) if p)
+    folders = (str(OWN_DOMAIN), str(tmp_path / "domains"), env.get("PYTHONPATH", ""))
+    path = os.pathsep.join(p for p in folders if p)
     return {**env, "PYTHONPATH": path,
             "TAU2_PYTHON": sys.executable, "TAU2_RUN_DIR": str(tmp_path / "run"),
             "TAU2_CONTROLLER_SBATCH": sbatch, **more}
@@ -139,10 +149,11 @@ def test_the_controller_job_outlives_a_time_limit_a_requeue_a_lost_worker_and_a_
     (Resources) past AReaL's start-up timeout (45 s here, for a short test: by default 300 s); the
     controller says so every minute and waits. Once the other job ends, it trains step 3 and passes every
     smoke check; no step ran twice and none is lost."""
+    write_domain(tmp_path / "domains", "odd_desk", "odddesk", 5, n_test=0, splits=False)
     with slurm(nodes=2, cpus=2, mem_mb=12288) as cluster:
         job, log = submit_smoke(tmp_path, "--cpus-per-task=1 --mem=2G --time=10", ("--signal", "USR1@539"),
                                 "total_train_steps=3",  # the epochs follow from the domain's tasks
-                                **{START_TIMEOUT_ENV: "45"})
+                                domain=ODD, **{START_TIMEOUT_ENV: "45"})
         journal = Journal.beside(log.with_suffix(".args"))
         wait_on(job, log, lambda: len(journal.endings()) >= 1, "a requeue at the time limit")
         queue.run("scontrol", "update", f"JobId={job}", "TimeLimit=30")
@@ -184,8 +195,9 @@ def test_the_controller_job_outlives_a_time_limit_a_requeue_a_lost_worker_and_a_
     summary = json.loads(next(tmp_path.glob(f"logs/**/{SUMMARY_FILE}")).read_text())
     print(format_result_for_log(summary, 0.0))
     check_passing_run(summary, tmp_path)
+    assert summary["steps"] == 3 and "globalstep2" in summary["checkpoint"], summary["checkpoint"]
     dumped = {json.loads(p.read_text())["domain"] for p in (tmp_path / "tau2_dumps").rglob("*.json")}
-    assert dumped == {"library"}, dumped
+    assert dumped == {"odddesk"}, dumped
     nodes = set(re.findall(r"role (?:actor|rollout): SLURM job \d+ on (n\d) \(RUNNING\)",
                            " | ".join(summary["placement"])))
     assert nodes == {"n1", "n2"}, summary["placement"]
