@@ -109,19 +109,18 @@ def _wait_http(url: str, timeout_s: float, proc: subprocess.Popen) -> None:
 
 @contextlib.contextmanager
 def serve_policy(model_dir: Path, name: str, log_path: Path, max_model_len: int) -> Iterator[str]:
-    """vLLM's OpenAI server on CPU for `model_dir` (hermes tool parser); yields its base URL. The model runs
-    in the engine's process, as the training's server does (`vllm_cpu_server`, 5.): one interpreter fewer
-    to start, and no worker bound to core 0."""
+    """vLLM's OpenAI server on CPU for `model_dir` (hermes tool parser), the model in the engine's process
+    as in training (`vllm_cpu_server`, 5.: one interpreter fewer); yields its base URL."""
     from examples.tau2.cpu.trainer import vllm_python, vllm_server_env
     from examples.tau2.cpu.vllm_cpu_server import IN_ENGINE_PROCESS, kv_cache_bytes
 
     port = free_port()
     env = {IN_ENGINE_PROCESS: "0", **vllm_server_env()}
     cmd = [vllm_python(), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
-           "--distributed-executor-backend", "uni",
-           "--served-model-name", name, "--dtype", "float32", "--enforce-eager", "--block-size", "32",
-           "--max-model-len", str(max_model_len), "--max-num-seqs", "16", "--enable-auto-tool-choice",
-           "--tool-call-parser", "hermes", "--host", "127.0.0.1", "--port", str(port)]
+           "--served-model-name", name, "--distributed-executor-backend", "uni", "--dtype", "float32",
+           "--enforce-eager", "--block-size", "32", "--max-model-len", str(max_model_len), "--max-num-seqs",
+           "16", "--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--host", "127.0.0.1", "--port",
+           str(port)]
     cache = kv_cache_bytes(str(model_dir), str(max_model_len), "float32")  # as the training's launcher
     cmd += ["--kv-cache-memory-bytes", str(cache)] if cache is not None else []
     with open(log_path, "w") as log:
