@@ -124,8 +124,8 @@ def test_user_simulator_outage_then_vllm_server_death(tmp_path):
             ".cache/swanlab/run-")}
         assert left == set(), sorted(left)[:20]
     finally:
+        kill_all(run, tmp_path)  # first: a run still alive could write into its folder again
         shutil.rmtree(temp, ignore_errors=True)
-        kill_all(run, tmp_path)
         user.kill()
         user.wait()
         for p in server_tree:
