@@ -8,14 +8,14 @@ one does. Its tasks are the example's, so its policy is the example's, which scr
 The controller, the actor and the rollout roles go out as `sbatch` jobs on two nodes of 2 CPUs; the
 workers run under `srun`, natively. One run of 3 steps meets, one after the other: a short `--time` limit
 (SLURM's warning comes at the start; the run saves after the step in progress and requeues itself),
-`scontrol requeue` of the controller job after a save (SIGTERM, no warning), and `scancel` of the rollout
-job in the next incarnation's first step; each time the next incarnation resumes from the saved step (the
-last two at the end of the first epoch). The last one's trainer job pends behind another job past the
-start-up timeout and is waited for; it passes every check a smoke run promises
-(`smoke_support.check_passing_run`), with no job of the run left. A run whose worker cannot start is
-requeued twice, then stops with the cause and leaves nothing queued. One whole run costs minutes on 2
-cores, so the rest of the SLURM path is tested where it is cheap, against the same real SLURM
-(tests/slurm/test_scheduler.py).
+`scontrol requeue` of the controller job as the next incarnation's trainer job runs (SIGTERM, no warning,
+nothing new saved), and `scancel` of the rollout job in the next incarnation's step after the one it saved;
+each time the next incarnation resumes from the saved step (the last one at the end of the first epoch).
+The last one's trainer job pends behind another job past the start-up timeout and is waited for; it passes
+every check a smoke run promises (`smoke_support.check_passing_run`), with no job of the run left. A run
+whose worker cannot start is requeued twice, then stops with the cause and leaves nothing queued. One whole
+run costs minutes on 2 cores, so the rest of the SLURM path is tested where it is cheap, against the same
+real SLURM (tests/slurm/test_scheduler.py).
 
 Each test runs with a seed of its own, in an xdist group of its own (tests/conftest.py), on a cluster of its
 own: AReaL draws its ports from `random` seeded with it, so neither picks the ports of the other or of the
@@ -97,9 +97,14 @@ def run_jobs() -> list[queue.JobStatus]:
     return [j for j in queue.jobs_named(job_name_prefix(EXPERIMENT, "run")) if j.active]
 
 
-def rollout_job(root: Path) -> int | None:
-    """The SLURM job of the run's rollout role, as the controller registered it last (None: none now)."""
-    return JobRegistry.of_trial(str(root), EXPERIMENT, "run").entries().get("rollout", {}).get("job_id")
+def role_job(root: Path, role: str) -> int | None:
+    """The SLURM job of the run's `role`, as the controller registered it last (None: none yet)."""
+    return JobRegistry.of_trial(str(root), EXPERIMENT, "run").entries().get(role, {}).get("job_id")
+
+
+def running(job: int | None) -> bool:
+    status = queue.query_jobs([job]).get(job) if job is not None else None
+    return status is not None and status.state == "RUNNING"
 
 
 def saved_step(root: Path) -> int:
@@ -142,13 +147,13 @@ def test_the_controller_job_outlives_a_time_limit_a_requeue_a_lost_worker_and_a_
     """Two nodes of 2 CPUs: the controller (1 CPU), the trainer (2) and the vLLM server (1) fill them.
     `--time=10` with the warning 539 s before it (the longest the pre-flight accepts: more than a minute
     between them): the time limit is within the warning's reach as the first incarnation starts, so it
-    trains one step, saves it and requeues the job. Then the limit goes up to 30 minutes; once step 2 is
-    saved `scontrol requeue` ends the second incarnation with SIGTERM (in step 3); once the third one has
-    dumped an episode of step 3, `scancel` takes its rollout job (no new step saved: a requeue may follow
-    one such end), and a job of 2 CPUs is queued. The fourth incarnation's trainer job pends behind it
-    (Resources) past AReaL's start-up timeout (45 s here, for a short test: by default 300 s); the
-    controller says so every minute and waits. Once the other job ends, it trains step 3 and passes every
-    smoke check; no step ran twice and none is lost."""
+    trains one step, saves it and requeues the job. Then the limit goes up to 30 minutes; once the second
+    incarnation's trainer job runs, `scontrol requeue` ends it with SIGTERM before it trains (a requeue
+    without progress goes on); once the third one has saved step 2 and dumped an episode of step 3,
+    `scancel` takes its rollout job, and a job of 2 CPUs is queued. The fourth incarnation's trainer job
+    pends behind it (Resources) past AReaL's start-up timeout (45 s here, for a short test: by default
+    300 s); the controller says so every minute and waits. Once the other job ends, it trains step 3 and
+    passes every smoke check; no step ran twice and none is lost."""
     write_domain(tmp_path / "domains", "odd_desk", "odddesk", 5, n_test=0, splits=False)
     with slurm(nodes=2, cpus=2, mem_mb=12288) as cluster:
         job, log = submit_smoke(tmp_path, "--cpus-per-task=1 --mem=2G --time=10", ("--signal", "USR1@539"),
@@ -156,15 +161,16 @@ def test_the_controller_job_outlives_a_time_limit_a_requeue_a_lost_worker_and_a_
                                 domain=ODD, **{START_TIMEOUT_ENV: "45"})
         journal = Journal.beside(log.with_suffix(".args"))
         wait_on(job, log, lambda: len(journal.endings()) >= 1, "a requeue at the time limit")
+        first = role_job(tmp_path, "actor")
         queue.run("scontrol", "update", f"JobId={job}", "TimeLimit=30")
-        wait_on(job, log, lambda: saved_step(tmp_path) >= 2, "step 2 saved")
-        second = rollout_job(tmp_path)
+        wait_on(job, log, lambda: (actor := role_job(tmp_path, "actor")) != first and running(actor),
+                "the second incarnation's trainer job running")
         queue.run("scontrol", "requeue", str(job))
-        wait_on(job, log, lambda: ", incarnation 3\n" in log.read_text(), "the third incarnation")
-        third = time.time()
-        wait_on(job, log, lambda: rollout_job(tmp_path) not in (None, second) and any(  # an episode dumped
-            p.stat().st_mtime > third for p in (tmp_path / "tau2_dumps").rglob("*.json")), "step 3 under way")
-        queue.run("scancel", str(rollout := rollout_job(tmp_path)))
+        wait_on(job, log, lambda: saved_step(tmp_path) >= 2, "step 2 saved")
+        saved = time.time()
+        wait_on(job, log, lambda: any(  # an episode of step 3 dumped
+            p.stat().st_mtime > saved for p in (tmp_path / "tau2_dumps").rglob("*.json")), "step 3 under way")
+        queue.run("scancel", str(rollout := role_job(tmp_path, "rollout")))
         holder = int(cluster.run("sbatch", "--parsable", "-c", "2", "--mem=1G", "-o", "/dev/null", "--wrap",
                                  "sleep 900").strip())
         pended = re.compile(r"actor: SLURM job (\d+) pending \(Resources\) for 1 min; waiting up to 24 h")
@@ -178,13 +184,13 @@ def test_the_controller_job_outlives_a_time_limit_a_requeue_a_lost_worker_and_a_
         assert not run_jobs()
     endings = journal.endings()
     assert [e.cause for e in endings] == [Cause.TIME_LIMIT, Cause.TERMINATED, Cause.WORKER_LOST], endings
-    assert [e.saved_step for e in endings] == [1, 2, 2] and [e.steps_lost for e in endings] == [0, 0, 0]
-    assert [e.progress for e in endings] == [True, True, False] and endings[0].signal_at is not None
+    assert [e.saved_step for e in endings] == [1, 1, 2] and [e.steps_lost for e in endings] == [0, 0, 0]
+    assert [e.progress for e in endings] == [True, False, True] and endings[0].signal_at is not None
     assert re.search(rf"SLURM job {rollout} \({EXPERIMENT}_run:rollout\) is (CANCELLED|COMPLETING)",
                      endings[2].detail), endings[2]  # COMPLETING: SLURM still kills its processes
     assert all(re.search(rf"controller_job: SLURM job {job} on \S+, incarnation {n}\n", out)
                for n in (2, 3, 4))
-    for n, cause, step in ((1, "time limit", 2), (3, "worker lost", 3)):  # the third trained none
+    for n, cause, step in ((2, "terminated by SLURM", 2), (3, "worker lost", 3)):  # the second trained none
         assert re.search(rf"controller_job: requeue {n} \({re.escape(cause)}\): step {step} trained "
                          r"[\d.]+ s after", out), out[-6000:]
     assert re.search(r"actor: SLURM job \d+ left the queue after 1 min", out), out[-6000:]
