@@ -97,14 +97,11 @@ def run_jobs() -> list[queue.JobStatus]:
     return [j for j in queue.jobs_named(job_name_prefix(EXPERIMENT, "run")) if j.active]
 
 
-def role_job(root: Path, role: str) -> int | None:
-    """The SLURM job of the run's `role`, as the controller registered it last (None: none yet)."""
-    return JobRegistry.of_trial(str(root), EXPERIMENT, "run").entries().get(role, {}).get("job_id")
-
-
-def running(job: int | None) -> bool:
+def running_job(root: Path, role: str) -> int | None:
+    """The run's SLURM job for `role` as the controller registered it last, while it runs (else None)."""
+    job = JobRegistry.of_trial(str(root), EXPERIMENT, "run").entries().get(role, {}).get("job_id")
     status = queue.query_jobs([job]).get(job) if job is not None else None
-    return status is not None and status.state == "RUNNING"
+    return job if status is not None and status.state == "RUNNING" else None
 
 
 def saved_step(root: Path) -> int:
@@ -161,16 +158,15 @@ def test_the_controller_job_outlives_a_time_limit_a_requeue_a_lost_worker_and_a_
                                 domain=ODD, **{START_TIMEOUT_ENV: "45"})
         journal = Journal.beside(log.with_suffix(".args"))
         wait_on(job, log, lambda: len(journal.endings()) >= 1, "a requeue at the time limit")
-        first = role_job(tmp_path, "actor")
         queue.run("scontrol", "update", f"JobId={job}", "TimeLimit=30")
-        wait_on(job, log, lambda: (actor := role_job(tmp_path, "actor")) != first and running(actor),
-                "the second incarnation's trainer job running")
+        # the first incarnation's jobs had left RUNNING when it wrote its ending: this one is the second's
+        wait_on(job, log, lambda: running_job(tmp_path, "actor"), "the second incarnation's trainer job")
         queue.run("scontrol", "requeue", str(job))
         wait_on(job, log, lambda: saved_step(tmp_path) >= 2, "step 2 saved")
         saved = time.time()
         wait_on(job, log, lambda: any(  # an episode of step 3 dumped
             p.stat().st_mtime > saved for p in (tmp_path / "tau2_dumps").rglob("*.json")), "step 3 under way")
-        queue.run("scancel", str(rollout := role_job(tmp_path, "rollout")))
+        queue.run("scancel", str(rollout := running_job(tmp_path, "rollout")))
         holder = int(cluster.run("sbatch", "--parsable", "-c", "2", "--mem=1G", "-o", "/dev/null", "--wrap",
                                  "sleep 900").strip())
         pended = re.compile(r"actor: SLURM job (\d+) pending \(Resources\) for 1 min; waiting up to 24 h")
