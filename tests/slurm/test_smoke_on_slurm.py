@@ -101,7 +101,7 @@ def running_job(root: Path, role: str) -> int | None:
     """The run's SLURM job for `role` as the controller registered it last, while it runs (else None)."""
     job = JobRegistry.of_trial(str(root), EXPERIMENT, "run").entries().get(role, {}).get("job_id")
     status = queue.query_jobs([job]).get(job) if job is not None else None
-    return job if status is not None and status.state == "RUNNING" else None
+    return job if status is not None and status.running else None
 
 
 def saved_step(root: Path) -> int:
