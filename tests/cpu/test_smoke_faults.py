@@ -51,19 +51,21 @@ def _start_user_simulator(port: int) -> subprocess.Popen:
 
 
 USER_REJECTED = re.compile(r"^tau2 \S+ rejected \(user_endpoint\)", re.M)
+PROXIES_UP = re.compile(r"RolloutController INFO: Proxy workers: \[")
+"""AReaL's last start-up line: step 1's episodes begin."""
 
 
 @pytest.mark.memory(gib=10)  # a whole smoke run (tests/conftest.py)
 @pytest.mark.slow
 @pytest.mark.timeout(RUN_TIMEOUT_S + 300)
 def test_user_simulator_outage_then_vllm_server_death(tmp_path):
-    """One run, two faults. (1) The user simulator is gone after step 1 until episodes that need it have
-    been rejected (`user_endpoint`, logged and counted): the step waits and completes once it is back.
-    (2) The vLLM server (its whole process tree) is killed during step 3: the watchdog stops the run with
-    a message naming the server, and nothing is left running. The run builds no evaluation rollout (it
-    has no validation set). It has a home and a temporary folder of its own, and even stopped so, it leaves
-    nothing there (AReaL's trainer and stats logger, its workers, the vLLM server) but torch's compile
-    cache."""
+    """One run, two faults. (1) The user simulator is gone as step 1's episodes begin, until episodes that
+    need it have been rejected (`user_endpoint`, logged and counted): the step waits and completes once it
+    is back. (2) The vLLM server (its whole process tree) is killed as the next step begins: the watchdog
+    stops the run with a message naming the server, and nothing is left running. The run builds no
+    evaluation rollout (it has no validation set). It has a home and a temporary folder of its own, and
+    even stopped so, it leaves nothing there (AReaL's trainer and stats logger, its workers, the vLLM
+    server) but torch's compile cache."""
     assert vllm_python()
     port = free_port()
     user = _start_user_simulator(port)
@@ -79,21 +81,22 @@ def test_user_simulator_outage_then_vllm_server_death(tmp_path):
                                env={**env, "HOME": str(home), "TMPDIR": str(temp)})
     server_tree: list[psutil.Process] = []
     try:
-        wait_for(lambda: len(stats_steps(tmp_path)) >= 1, run, log, RUN_TIMEOUT_S, "step 1")
+        wait_for(lambda: PROXIES_UP.search(log.read_text()), run, log, RUN_TIMEOUT_S, "the proxy servers")
         user.kill()
         user.wait()
         down = time.monotonic()
         wait_for(lambda: USER_REJECTED.search(log.read_text()), run, log, RUN_TIMEOUT_S,
                  "an episode rejected for the missing user simulator")
         outage_s = time.monotonic() - down
+        step = len(stats_steps(tmp_path)) + 1  # step 1, unless it ended before the outage reached it
         user = _start_user_simulator(port)
-        waited = wait_for(lambda: len(stats_steps(tmp_path)) >= 2, run, log, RUN_TIMEOUT_S, "step 2")
-        step2_s = time.monotonic() - down
+        waited = wait_for(lambda: len(stats_steps(tmp_path)) >= step, run, log, RUN_TIMEOUT_S, f"step {step}")
+        step_s = time.monotonic() - down
         rejected = len(USER_REJECTED.findall(log.read_text()))
-        print(f"user simulator down {outage_s:.0f} s: {rejected} episodes rejected (user_endpoint); step 2 "
-              f"committed {step2_s:.0f} s after the outage began ({waited:.0f} s after it ended)")
+        print(f"user simulator down {outage_s:.0f} s: {rejected} episodes rejected (user_endpoint); step "
+              f"{step} committed {step_s:.0f} s after the outage began ({waited:.0f} s after it ended)")
         assert rejected > 0
-        stats = json.loads(next(tmp_path.glob("logs/**/stats.jsonl")).read_text().splitlines()[1])
+        stats = json.loads(next(tmp_path.glob("logs/**/stats.jsonl")).read_text().splitlines()[step - 1])
         assert stats.get("rollout/tau2/rejected/user_endpoint", 0) > 0, sorted(stats)
 
         server = next(p for p in psutil.Process(run.pid).children(recursive=True)
@@ -109,7 +112,7 @@ def test_user_simulator_outage_then_vllm_server_death(tmp_path):
         stopped_s = time.monotonic() - killed
         out = log.read_text()
         print(f"vLLM server killed: the run exited with {run.returncode} after {stopped_s:.0f} s")
-        assert run.returncode != 0 and len(stats_steps(tmp_path)) == 2
+        assert run.returncode != 0 and len(stats_steps(tmp_path)) == step
         assert "eval-rollout" not in out  # no validation set: no evaluation workers or proxies
         assert re.search(r"the inference server at \S+ has refused connections for \d+ s \(it died\); rerun "
                          "the same command to resume", out), out[-5000:]  # the watchdog, not a timeout
