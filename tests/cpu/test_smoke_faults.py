@@ -8,7 +8,6 @@ scheduler's reaper has its own test (tests/lifecycle/test_reaper.py).
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import shutil
@@ -32,6 +31,7 @@ from tests.cpu.smoke_support import (
     kill_all,
     processes_of,
     smoke_command,
+    stats_rows,
     stats_steps,
     wait_for,
 )
@@ -93,7 +93,7 @@ def test_user_simulator_outage_then_vllm_server_death(tmp_path):
         rejected = len(USER_REJECTED.findall(log.read_text()))
         print(f"user simulator down {outage_s:.0f} s: {rejected} episodes rejected (user_endpoint); step "
               f"{step} committed {step_s:.0f} s after the outage began ({waited:.0f} s after it ended)")
-        stats = json.loads(next(tmp_path.glob("logs/**/stats.jsonl")).read_text().splitlines()[step - 1])
+        stats = stats_rows(tmp_path)[step - 1]
         assert rejected > 0 and stats.get("rollout/tau2/rejected/user_endpoint", 0) > 0, sorted(stats)
 
         server = next(p for p in psutil.Process(run.pid).children(recursive=True)
