@@ -68,7 +68,7 @@ AREAL_PROCESS_GROUPS = {
     # the GPU bench's trainers on a CPU: a whole run's memory; here it never makes the SLURM run wait for it
     ("tests/bench/test_bench_tree_gpu.py::test_the_gpu_bench_runs_both_modes_on_a_cpu_and_the_tree_computes_"
      "fewer_tokens"): "areal-processes",
-    # the requeue run, the failed start and the pending trainer through SLURM: seeds and clusters of their own
+    # the requeue run and the failed start through SLURM: seeds and clusters of their own
     "tests/slurm/test_smoke_on_slurm.py": "areal-slurm",
 }
 """The tests that start AReaL's own processes (a module's path, or one test's id) and their xdist group (see
