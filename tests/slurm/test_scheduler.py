@@ -276,7 +276,6 @@ def test_a_pending_job_is_waited_for_and_its_start_up_timeout_counts_once_it_run
             rf"24 h \({PENDING_LIMIT_ENV}\)")
     pending = [m for m in said if re.fullmatch(line, m)]
     assert len(pending) >= 3 and pending == said[:len(pending)], said
-    assert re.fullmatch(rf"actor: SLURM job {job_id} left the queue after \d+ s", said[len(pending)]), said
     print(f"pending {took:.1f} s, then started")
 
     # AReaL counts the time spent pending against its start-up timeout
