@@ -251,8 +251,11 @@ def test_a_pending_job_is_waited_for_and_its_start_up_timeout_counts_once_it_run
     (every minute by default), and the worker answers once its job runs."""
     monkeypatch.setenv(START_TIMEOUT_ENV, "20")
     monkeypatch.setattr(slurm_scheduler, "PENDING_LOG_EVERY_S", 5.0)
-    monkeypatch.setattr(slurm_scheduler.logger, "level", logging.INFO)
+    # A logger of the test's own: the module's, once anything in this process asked it about INFO at its
+    # default level, keeps INFO cached as off (AReaL's getLogger moves new loggers to a new manager, whose
+    # clearing of that cache no longer reaches it)
     lines = Said()
+    monkeypatch.setattr(slurm_scheduler, "logger", logging.Logger(slurm_scheduler.logger.name, logging.INFO))
     slurm_scheduler.logger.addHandler(lines)
     holder = hold_the_node(cluster)
     config = load(tmp_path)
@@ -268,7 +271,6 @@ def test_a_pending_job_is_waited_for_and_its_start_up_timeout_counts_once_it_run
         assert worker.worker_ports and took > 25
     finally:
         ends.cancel()
-        slurm_scheduler.logger.removeHandler(lines)
         scheduler.delete_workers()
         queue.cancel([holder])
     said = [line for line in lines.lines if line.startswith(f"actor: SLURM job {job_id} ")]
@@ -276,6 +278,7 @@ def test_a_pending_job_is_waited_for_and_its_start_up_timeout_counts_once_it_run
             rf"24 h \({PENDING_LIMIT_ENV}\)")
     pending = [m for m in said if re.fullmatch(line, m)]
     assert len(pending) >= 3 and pending == said[:len(pending)], said
+    assert re.fullmatch(rf"actor: SLURM job {job_id} left the queue after \d+ s", said[len(pending)]), said
     print(f"pending {took:.1f} s, then started")
 
     # AReaL counts the time spent pending against its start-up timeout
