@@ -13,7 +13,6 @@ import pytest
 
 from examples.tau2 import tau2_agent
 from examples.tau2.episode import domain as tau2_domain
-from examples.tau2.episode import record as episode_record
 from examples.tau2.tau2_agent import Tau2AgentWorkflow
 from examples.tau2.tau2_utils import EpisodeRejected, EpisodeResult, RejectReason, Termination, score_group
 from tests.conftest import make_workflow, run_one
@@ -584,7 +583,7 @@ def test_every_way_an_episode_ends_leaves_its_siblings_alone(endpoint, closed_po
     data = {"domain": "airline", "task_id": "7", "seed": 0}
     victim_url = {"rejected": f"http://127.0.0.1:{closed_port}/v1", "no_base_url": "",
                   "dump_failed": endpoint.url, "cancelled": endpoint.url}.get(way, VICTIM_URL)
-    real_run_episode, real_dump = wf.run_episode, episode_record.write_episode_dump
+    real_run_episode, real_dump = wf.run_episode, tau2_agent.write_episode_dump
 
     async def run_episode(row, *, base_url, **kw):
         if base_url != VICTIM_URL:
@@ -603,7 +602,7 @@ def test_every_way_an_episode_ends_leaves_its_siblings_alone(endpoint, closed_po
         return real_dump(dump_dir, result)
 
     monkeypatch.setattr(wf, "run_episode", run_episode)
-    monkeypatch.setattr(episode_record, "write_episode_dump", dump_failing_once)
+    monkeypatch.setattr(tau2_agent, "write_episode_dump", dump_failing_once)
 
     async def go() -> tuple[list[object], BaseException | float]:
         async with httpx.AsyncClient() as client:

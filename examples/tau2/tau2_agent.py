@@ -41,6 +41,7 @@ from examples.tau2.episode.llm import (
     parse_reply,
     to_openai_messages,
 )
+from examples.tau2.episode.record import db_difference, failed_checks, where_met, write_episode_dump
 from examples.tau2.runtime.files import fingerprint
 from examples.tau2.runtime.process import record_stats, setup_runtime
 from examples.tau2.tau2_utils import (
@@ -153,8 +154,6 @@ class Tau2AgentWorkflow:
             logger.error("tau2 episode %s/%s crashed:\n%s", ref.domain, ref.task_id, traceback.format_exc())
             raise EpisodeRejected(RejectReason.INTERNAL, f"{type(e).__name__}: {e}") from e
         if cfg.dump_dir:  # the episode's record for people (episode/record.py)
-            from examples.tau2.episode.record import write_episode_dump
-
             try:
                 result.dump_path = str(write_episode_dump(cfg.dump_dir, result))
             except Exception as e:  # a dump is a record of the episode, never a reason to lose it
@@ -320,8 +319,6 @@ def _score_episode(ref: TaskRef, orch: Orchestrator, stats: _EpisodeStats, start
 def _grade(domain: str, task: Task, solo_mode: bool, simulation: SimulationRun,
            reward_info: RewardInfo) -> dict[str, Any]:
     """For the dump: the grade in words and a failed database check's difference (one more replay)."""
-    from examples.tau2.episode.record import db_difference, failed_checks, where_met
-
     grade: dict[str, Any] = {"failed": failed_checks(reward_info.model_dump(mode="json")),
                              **where_met(task, simulation.messages)}
     if reward_info.db_check is not None and not reward_info.db_check.db_match:

@@ -35,7 +35,7 @@ WORKFLOW = "examples.tau2.tau2_agent.Tau2AgentWorkflow"
 
 def main(argv: list[str] | None = None) -> int:
     """Load and check the config; print the plan (`--dry-run`) or train. Exit status 0/1/2."""
-    from examples.tau2.lifecycle.reaper import own_temp_dir, share_temp_dir
+    from examples.tau2.lifecycle.reaper import cancel_jobs, own_temp_dir, share_temp_dir
 
     with own_temp_dir():  # the run's temporary files, removed at the end (lifecycle/reaper.py)
         loaded, status = preflight(list(sys.argv[1:] if argv is None else argv))
@@ -47,8 +47,6 @@ def main(argv: list[str] | None = None) -> int:
         try:
             run(loaded)
         finally:  # AReaL stops its workers on a normal exit; this covers a run that failed half-way
-            from examples.tau2.lifecycle.reaper import cancel_jobs
-
             stop_descendants(logger)
             cancel_jobs(loaded.config, logger)
     return 0

@@ -213,6 +213,8 @@ def test_a_removed_key_says_why_it_is_gone(tmp_path):
     yaml_file.write_text(head + section + first_line + newline + "  group_size: 8\n" + others)
     with pytest.raises(ConfigError, match=expected + r".*; drop it from the YAML$"):
         load_config(["--config", str(yaml_file)])
+    with pytest.raises(ConfigError, match=r"^invalid config: Found removed config key.*rejection_sampling"):
+        load("++actor.behave_imp_weight_cap=5.0")  # AReaL 1.0.4's own refusal (settings.config.structured)
 
 
 @pytest.mark.parametrize(("override", "expected"), [

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from areal.api.cli_args import to_structured_cfg
 from omegaconf import OmegaConf
 
 from examples.tau2.cpu.tiny_model import TinyModelRecipe
@@ -30,6 +29,7 @@ from examples.tau2.settings.config import (
     override_key,
     shown,
     split_config_argv,
+    structured,
 )
 
 T = TypeVar("T")
@@ -74,7 +74,7 @@ def compose_config(config_file: Path, overrides: list[str], config_cls: type[T],
     line of OmegaConf's message."""
     raw = compose_raw(config_file, overrides, error)
     try:
-        return OmegaConf.to_object(to_structured_cfg(raw, config_cls=config_cls))  # type: ignore[return-value]
+        return OmegaConf.to_object(structured(raw, config_cls))  # type: ignore[return-value]
     except Exception as e:  # OmegaConf / dataclass errors: report their first line
         raise error(f"cannot load {config_file} with {shown(overrides)}: {config_problem(e)}") from None
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import operator
 import os
 import re
@@ -16,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from areal.api import cli_args
 from areal.api.alloc_mode import ModelAllocation
-from areal.api.cli_args import PPOConfig, SchedulingStrategyType, parse_cli_args, to_structured_cfg
+from areal.api.cli_args import PPOConfig, SchedulingStrategyType, parse_cli_args
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
@@ -365,6 +367,14 @@ def compose_raw(config_file: Path, overrides: list[str],
     return raw
 
 
+_defaults = functools.cache(OmegaConf.structured)  # a dataclass's, once per process: a third of a load
+
+
+def structured(raw: DictConfig, config_cls: type) -> DictConfig:
+    """AReaL's `to_structured_cfg`: its refusal of removed keys, then the defaults merged with `raw`."""
+    return OmegaConf.merge(_defaults(config_cls), cli_args._migrate_legacy_rejection_sampling(raw))
+
+
 def shown(overrides: list[str]) -> list[str]:
     """The overrides as a message may show them: the proxy's admin key masked."""
     return [f"{o.split('=', 1)[0]}=***" if override_key(o) == ADMIN_KEY else o for o in overrides]
@@ -436,33 +446,32 @@ def load_config(argv: list[str]) -> LoadedConfig:
         overrides.append(f"++{ADMIN_KEY}={hydra_quoted(admin_key)}")
 
     raw = compose_raw(config_file, overrides)
-    # The later compositions below add only the project's own overrides, never a removed key.
     for gone in [key for key in REMOVED_KEYS if OmegaConf.select(raw, key, default=None) is not None]:
         raise ConfigError(f"{gone} is gone: {REMOVED_KEYS[gone]}; drop it from the YAML")
     mode = cli_mode or str(raw.get(ALLOCATION_KEY) or "")
-    backends = None
+    backends, ours = None, []  # the project's own overrides: for the argv AReaL's loader composes, and `raw`
     if mode:
         try:
             backends = split_allocation_mode(mode)
         except ValueError as e:
             raise ConfigError(str(e)) from None
         _check_consistent(mode, backends, overrides)
-        overrides += [f"++rollout.backend='{backends.rollout}'", f"++actor.backend='{backends.train}'"]
+        ours += [f"++rollout.backend='{backends.rollout}'", f"++actor.backend='{backends.train}'"]
         if raw.get("ref") is not None:
-            overrides.append(f"++ref.backend='{backends.train}'")
-        overrides.append(f"++{ALLOCATION_KEY}=''")
-        raw = compose_raw(config_file, overrides)
-
+            ours.append(f"++ref.backend='{backends.train}'")
+        ours.append(f"++{ALLOCATION_KEY}=''")
     if mix_name := _mix_experiment_name(raw):
-        overrides.append(f"++experiment_name={hydra_quoted(mix_name)}")
-        raw = compose_raw(config_file, overrides)
+        ours.append(f"++experiment_name={hydra_quoted(mix_name)}")
+    for o in OverridesParser.create().parse_overrides(ours):  # as Hydra reads them (composing again: 2x)
+        OmegaConf.update(raw, o.key_or_group, o.value(), force_add=True)
     notes = []
     if tree_off := _tree_training_off(raw, overrides):
         notes.append(tree_off)
-        overrides.append(f"++{TREE_TRAINING_KEY}=false")
-        raw = compose_raw(config_file, overrides)
+        ours.append(f"++{TREE_TRAINING_KEY}=false")
+        OmegaConf.update(raw, TREE_TRAINING_KEY, False, force_add=True)
+    overrides += ours
     try:
-        config: Any = OmegaConf.to_object(to_structured_cfg(raw, config_cls=Tau2PPOConfig))
+        config: Any = OmegaConf.to_object(structured(raw, Tau2PPOConfig))
     except (OmegaConfBaseException, ValueError, TypeError) as e:
         raise ConfigError(f"invalid config: {config_problem(e)}") from None
     return LoadedConfig(config=config, argv=["--config", str(config_file), *overrides],

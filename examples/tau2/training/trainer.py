@@ -25,6 +25,7 @@ from areal.infra.remote_inf_engine import GroupedRolloutWorkflow, RemoteInfEngin
 from areal.utils.environ import is_single_controller
 
 from examples.tau2.compat import require_areal
+from examples.tau2.lifecycle import watchdog as wd
 from examples.tau2.settings import addons
 from examples.tau2.training.group_workflow import DropRejectedProxyWorkflow, PartialGroupWorkflow
 from examples.tau2.training.served_prompt import (
@@ -132,8 +133,6 @@ class Tau2PPOTrainer(PPOTrainer):
         """AReaL's loop, stopped with `InferenceServerDied` / `WorkerJobEnded` when a watchdog finds that
         a server died or (`Tau2SlurmScheduler`) a worker job ended, and with `StopRequested` when asked to
         stop (`CONTROL`) and interrupted before a step's end."""
-        from examples.tau2.lifecycle import watchdog as wd
-
         infos = getattr(getattr(self, "rollout", None), "server_infos", None) or []
         ended_job = getattr(self.scheduler, "ended_job", None)  # Tau2SlurmScheduler's
         with (wd.Watchdog(ended_job, self.job_poll_s, name="tau2-job-watchdog") as jobs,
@@ -193,26 +192,24 @@ class Tau2PPOTrainer(PPOTrainer):
     def _export_and_commit_stats(self, epoch: int, epoch_step: int, global_step: int) -> None:
         """AReaL's commit, then the deferred recover save (still before `rollout.resume()`); a rerun drops
         the stats lines of steps after the saved one, which run again (`lifecycle.recover.trim_stats`)."""
-        from examples.tau2.lifecycle.watchdog import CONTROL, StopRequested
-
-        CONTROL.saving = True  # the step is trained: a stop request waits for its save
+        wd.CONTROL.saving = True  # the step is trained: a stop request waits for its save
         try:
             super()._export_and_commit_stats(epoch, epoch_step, global_step)
-            CONTROL.committed(global_step)  # its save (`recover.commit`) sets `CONTROL.saved_step`
+            wd.CONTROL.committed(global_step)  # its save (`recover.commit`) sets `CONTROL.saved_step`
             deferred, self._deferred_recover_save = self._deferred_recover_save, None
             last = global_step + 1 >= self._total_steps()
-            stopping = bool(CONTROL.stop_reason) and not last
+            stopping = bool(wd.CONTROL.stop_reason) and not last
             if deferred is not None:
                 if stopping:  # saved whatever recover.freq_* say: a stop loses no step
                     self.recover_handler.freq_ctl.save_next()
                 super()._save_recover_checkpoint(*deferred)
         finally:
-            CONTROL.saving = False
+            wd.CONTROL.saving = False
         if last:
-            CONTROL.finished = True
+            wd.CONTROL.finished = True
         if stopping:
-            raise StopRequested(f"{CONTROL.stop_reason}; stopped after step {global_step + 1}, its state "
-                                f"saved")
+            raise wd.StopRequested(f"{wd.CONTROL.stop_reason}; stopped after step {global_step + 1}, its "
+                                   "state saved")
 
     def _total_steps(self) -> int:
         """The steps `train` runs in all, as AReaL's loop counts them."""
