@@ -251,9 +251,9 @@ def test_a_pending_job_is_waited_for_and_its_start_up_timeout_counts_once_it_run
     (every minute by default), and the worker answers once its job runs."""
     monkeypatch.setenv(START_TIMEOUT_ENV, "20")
     monkeypatch.setattr(slurm_scheduler, "PENDING_LOG_EVERY_S", 5.0)
-    # A logger of the test's own: the module's, once anything in this process asked it about INFO at its
-    # default level, keeps INFO cached as off (AReaL's getLogger moves new loggers to a new manager, whose
-    # clearing of that cache no longer reaches it)
+    # A logger of the test's own: the module's keeps INFO cached as off once anything in this process logged
+    # INFO on it at its default level, and setLevel no longer clears that cache after AReaL's getLogger has
+    # installed a new logging manager
     lines = Said()
     monkeypatch.setattr(slurm_scheduler, "logger", logging.Logger(slurm_scheduler.logger.name, logging.INFO))
     slurm_scheduler.logger.addHandler(lines)

@@ -449,7 +449,7 @@ def load_config(argv: list[str]) -> LoadedConfig:
     for gone in [key for key in REMOVED_KEYS if OmegaConf.select(raw, key, default=None) is not None]:
         raise ConfigError(f"{gone} is gone: {REMOVED_KEYS[gone]}; drop it from the YAML")
     mode = cli_mode or str(raw.get(ALLOCATION_KEY) or "")
-    backends, ours = None, []  # the project's own overrides: for the argv AReaL's loader composes, and `raw`
+    backends, ours = None, []  # the project's own overrides: applied to `raw` here, added to the argv below
     if mode:
         try:
             backends = split_allocation_mode(mode)
@@ -462,7 +462,7 @@ def load_config(argv: list[str]) -> LoadedConfig:
         ours.append(f"++{ALLOCATION_KEY}=''")
     if mix_name := _mix_experiment_name(raw):
         ours.append(f"++experiment_name={hydra_quoted(mix_name)}")
-    for o in OverridesParser.create().parse_overrides(ours):  # as Hydra reads them (composing again: 2x)
+    for o in OverridesParser.create().parse_overrides(ours):  # as Hydra reads them, without composing again
         OmegaConf.update(raw, o.key_or_group, o.value(), force_add=True)
     notes = []
     if tree_off := _tree_training_off(raw, overrides):
