@@ -343,19 +343,10 @@ def test_script_config_file_is_refused_by_the_cpu_recipes_and_read_by_eval(tmp_p
     assert both.returncode == 1 and "both TAU2_CONFIG and --config are given" in both.stderr
 
 
-@pytest.mark.slow
-def test_script_dry_run_passes_overrides(tmp_path, endpoint):
-    # No admin key given: the script passes a fresh one, as local and slurm do.
-    overrides = [o for o in clean_overrides(tmp_path, endpoint.url) if "admin_api_key" not in o]
-    result = run_script("dry-run", *overrides, "+configs=debug_2gpu")
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert "  rollout         sglang:d1 " in result.stdout and "no problems found" in result.stdout
-    assert "admin key set" in result.stdout
-
-
-def test_the_admin_key_is_on_no_command_line_and_never_printed(tmp_path, endpoint):
-    """The key the script passes reaches the controller through its environment: the interpreter's
-    arguments (recorded by a wrapper in place of TAU2_PYTHON) and the output do not hold it."""
+def test_script_dry_run_passes_overrides_and_the_admin_key_on_no_command_line(tmp_path, endpoint):
+    """`tau2_rl.sh dry-run` hands its overrides to the controller, and the admin key the script passes
+    reaches it through its environment: the interpreter's arguments (recorded by a wrapper in place of
+    TAU2_PYTHON) and the output do not hold it."""
     argv_log = tmp_path / "argv"
     wrapper = tmp_path / "python"
     wrapper.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" >> {argv_log}\nexec {sys.executable} "$@"\n')
@@ -364,6 +355,7 @@ def test_the_admin_key_is_on_no_command_line_and_never_printed(tmp_path, endpoin
     result = run_script("dry-run", *overrides, "+configs=debug_2gpu",
                         env={"TAU2_PYTHON": str(wrapper), "TAU2_ADMIN_KEY": "s3cret-admin-key-42"})
     assert result.returncode == 0, result.stderr[-2000:]
+    assert "  rollout         sglang:d1 " in result.stdout  # +configs=debug_2gpu
     assert "admin key set" in result.stdout and "no problems found" in result.stdout
     assert "tau2_train.py" in argv_log.read_text()  # the controller ran through the wrapper
     assert "s3cret-admin-key-42" not in argv_log.read_text() + result.stdout + result.stderr
@@ -493,6 +485,7 @@ def test_user_server_requires_a_private_key_that_reaches_the_workers(tmp_path, c
         overrides = [o for o in clean_overrides(tmp_path, url) if not o.startswith("econfig.user")] + user
         planned = run_script("dry-run", *overrides, env=env)
         assert planned.returncode == 0 and "no problems found" in planned.stdout, planned.stdout[-2000:]
+        assert "admin key set" in planned.stdout  # none given: the script passes a fresh one
         assert key not in planned.stdout + planned.stderr
         without = run_script("dry-run", *overrides, env={**env, "TAU2_RUN_DIR": str(tmp_path / "other")})
         assert without.returncode == 1 and "rejects the key in $TAU2_USER_API_KEY" in without.stdout

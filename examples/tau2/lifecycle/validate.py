@@ -13,12 +13,10 @@ import logging
 import math
 import operator
 import os
-import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 from areal.api.alloc_mode import ModelAllocation
 from areal.infra.utils.http import DEFAULT_ADMIN_API_KEY
 from areal.utils.network import gethostip
@@ -26,6 +24,7 @@ from areal.utils.network import gethostip
 from examples.tau2.compat import archon_model_types, tau2_judge, tree_block_size
 from examples.tau2.compat.tau2_release import ignored_data_dir, installed_release
 from examples.tau2.episode import domain as tau2_domain
+from examples.tau2.episode.llm import LOOPBACK_HOSTS, endpoint_problems
 from examples.tau2.lifecycle.reaper import seed_collision
 from examples.tau2.lifecycle.recover import check_recover, describe_recover, steps_per_epoch
 from examples.tau2.settings import addons
@@ -41,7 +40,6 @@ from examples.tau2.tau2_utils import RewardBaseline
 
 logger = logging.getLogger("tau2_areal.validate")
 
-LOOPBACK_HOSTS = frozenset({"127.0.0.1", "::1", "localhost"})
 USER_CHECK_TIMEOUT_S = 5.0
 WANDB_MODE_ENV = "WANDB_MODE"
 
@@ -164,33 +162,6 @@ def check_parallelism(shape: ModelShape, uses: list[EngineUse]) -> list[str]:
             errors.append(f"{u.role}.backend={u.backend}: archon does not support model type "
                           f"{shape.model_type!r} (supported: {', '.join(sorted(archon_model_types()))})")
     return errors
-
-
-def endpoint_problems(what: str, url_setting: str, url: str, key_env: str, model_setting: str, model: str,
-                      unreachable_hint: str, timeout_s: float, scheduler: str | None = None) -> list[str]:
-    """An OpenAI-compatible endpoint (user simulator, judge; evaluation's policy) answers `GET <url>/models`
-    with the key in `$key_env`, and serves `model` when it lists its models; under SLURM it is not on the
-    controller's loopback. None or one sentence."""
-    url = url.rstrip("/")
-    if scheduler == "slurm" and (urllib.parse.urlparse(url).hostname or "") in LOOPBACK_HOSTS:
-        return [f"{url_setting}={url} is a loopback address, which the rollout workers on other nodes cannot "
-                f"reach; use the {what} host's name or IP"]
-    key = os.environ.get(key_env) or "EMPTY"
-    try:
-        response = httpx.get(f"{url}/models", headers={"Authorization": f"Bearer {key}"}, timeout=timeout_s)
-    except httpx.HTTPError as e:
-        return [f"the {what} at {url_setting}={url} is not reachable ({type(e).__name__}); "
-                f"{unreachable_hint}"]
-    if response.status_code in (401, 403):
-        return [f"the {what} at {url} rejects the key in ${key_env} (HTTP {response.status_code})"]
-    if response.status_code == 200:
-        try:
-            served = [str(m["id"]) for m in response.json().get("data", [])]
-        except (ValueError, KeyError, TypeError, AttributeError):
-            served = []
-        if served and model not in served:
-            return [f"the {what} at {url} serves {', '.join(served)}, not {model_setting}={model}"]
-    return []  # any other answer: up, without an OpenAI model list to compare against
 
 
 def check_user_simulator(econfig: Tau2TrainEnvConfig, scheduler: str | None,

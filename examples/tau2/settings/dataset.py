@@ -12,13 +12,15 @@ import json
 import math
 import random
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from datasets import Dataset
 
 from examples.tau2.compat.tau2_release import Tau2Line, installed_release
 from examples.tau2.episode import domain as tau2_domain
-from examples.tau2.settings.config import Tau2TrainEnvConfig
+
+if TYPE_CHECKING:  # a type only: evaluation reads the regraded table without loading AReaL
+    from examples.tau2.settings.config import Tau2TrainEnvConfig
 
 Row = dict[str, Any]
 REGRADED_TABLE = Path(__file__).parents[1] / "compat" / "regraded_tasks.json"
