@@ -42,10 +42,19 @@ def test_pause_keyword_is_translated_to_the_new_mode_argument():
 
 
 @pytest.mark.slow
-def test_areal_server_module_imports_and_registers_its_routes_after_aliasing():
-    python = _vllm_python()
-    code = """
-import json, sys
+def test_the_vllm_venv_modules_change_nothing_on_import_and_their_aliases_register_areals_routes():
+    """tests/test_package.py's check, in the vLLM venv for the two modules that run there; then, in the same
+    interpreter (one import of vLLM for both), the launcher's aliases: without them AReaL's server module
+    cannot import, with them its routes are where vLLM's server reads them."""
+    from tests.test_package import SNAPSHOT
+
+    code = SNAPSHOT + """
+import importlib
+import areal.engine.vllm_ext.vllm_worker_extension, vllm.logger, vllm.platforms
+before = snapshot()
+for m in ("examples.tau2.cpu.vllm_cpu_server", "examples.tau2.cpu.vllm_cpu_worker"):
+    importlib.import_module(m)
+after = snapshot()
 from examples.tau2.cpu import vllm_cpu_server as s
 missing = []
 for old in s.MOVED_MODULES:
@@ -57,38 +66,21 @@ s.check_versions()
 s.alias_moved_modules()
 import areal.engine.vllm_ext.areal_vllm_server as srv
 import vllm.entrypoints.launchers.api_server.entry as entry
-print(json.dumps({"missing_before": missing, "routes": sorted(r.path for r in srv.router.routes),
+print(json.dumps({"changed": sorted(k for k in before if before[k] != after[k]), "missing_before": missing,
+                  "routes": sorted(r.path for r in srv.router.routes),
                   "api_server_is_entry": sys.modules["vllm.entrypoints.openai.api_server"] is entry}))
-"""
-    out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=300, cwd=REPO)
-    assert out.returncode == 0, out.stderr[-3000:]
-    result = json.loads(out.stdout.strip().splitlines()[-1])
-    # without the aliases AReaL's imports fail: the four moved modules really are gone
-    assert len(result["missing_before"]) == 4
-    assert {"/areal_update_weights", "/areal_pause_generation", "/areal_continue_generation",
-            "/v1/completions"} <= set(result["routes"])
-    assert result["api_server_is_entry"]
-
-
-@pytest.mark.slow
-def test_the_vllm_venv_modules_change_nothing_on_import():
-    """tests/test_package.py's check, in the vLLM venv for the two modules that run there."""
-    from tests.test_package import SNAPSHOT
-
-    code = SNAPSHOT + """
-import importlib
-import areal.engine.vllm_ext.vllm_worker_extension, vllm.logger, vllm.platforms
-before = snapshot()
-for m in ("examples.tau2.cpu.vllm_cpu_server", "examples.tau2.cpu.vllm_cpu_worker"):
-    importlib.import_module(m)
-after = snapshot()
-print(json.dumps(sorted(k for k in before if before[k] != after[k])))
 """
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     out = subprocess.run([_vllm_python(), "-c", code], capture_output=True, text=True, timeout=300, cwd=REPO,
                          env=env)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["changed"] == []
+    # without the aliases AReaL's imports fail: the four moved modules really are gone
+    assert len(result["missing_before"]) == 4
+    assert {"/areal_update_weights", "/areal_pause_generation", "/areal_continue_generation",
+            "/v1/completions"} <= set(result["routes"])
+    assert result["api_server_is_entry"]
 
 
 @pytest.mark.memory(gib=4.5)  # a vLLM CPU server and the model (4.2 GiB measured)

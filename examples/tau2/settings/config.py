@@ -28,7 +28,6 @@ from omegaconf.errors import KeyValidationError, OmegaConfBaseException, Validat
 from examples.tau2.compat.tau2_release import installed_release
 from examples.tau2.tau2_utils import Choice, Tau2EnvConfig, choice_type, first_line
 
-# The old combined `allocation_mode` as AReaL 1.0.4's per-engine backends.
 INFERENCE_BACKENDS = ("sglang", "vllm")
 TRAIN_BACKENDS = ("fsdp", "megatron", "archon")
 
@@ -46,6 +45,7 @@ def same_allocation(a: ModelAllocation, b: ModelAllocation) -> bool:
     return a.backend == b.backend and bool(a.parallel.parallelism_eq(a.parallel, b.parallel))
 
 
+@functools.cache  # AReaL builds its parser on every call (20 ms); callers only read the result
 def parse_backend(spec: str) -> ModelAllocation:
     """One engine's backend string, parsed by AReaL; ValueError with one sentence if it does not parse."""
     try:
