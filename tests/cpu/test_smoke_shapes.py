@@ -95,3 +95,4 @@ def test_the_smallest_domain_is_refused_before_anything_starts_naming_the_batch_
                                "econfig.domain_modules=[tiny_desk]", f"econfig.train_split={split}")
     assert refused.returncode == 1, refused.stderr[-3000:]
     assert "set train_dataset.batch_size=1" in refused.stderr and "nothing was started" in refused.stderr
+    assert "tau2.registry" not in refused.stderr  # tau2 logs at import (DEBUG): quieted before it is imported

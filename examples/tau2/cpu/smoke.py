@@ -409,6 +409,7 @@ def preflight(argv: list[str],
     """Everything `main` checks before it starts anything (with `more`: `smoke --submit`'s own problems,
     slurm/controller_job.py). Returns ((config, its file, the overrides), 0) when the run may start; else
     (None, the exit status: 1 problems, 2 config)."""
+    setup_runtime()  # counting the epochs on the domain's tasks imports tau2, which logs at import
     try:
         config, config_file, overrides = load_smoke_config(argv)
     except SmokeConfigError as e:
