@@ -19,8 +19,8 @@ from examples.tau2.eval.metrics import (
     TaskCounts,
     TrialRecord,
     compute_report,
+    distribution_quantile,
     exact_bootstrap_distribution,
-    exact_percentile_interval,
     final_trials,
     format_markdown,
     is_success,
@@ -198,8 +198,8 @@ def test_exact_bootstrap_distribution_equals_brute_force_enumeration(strata):
     assert dist == expected  # exact rational equality, probabilities and values
     for confidence in (0.5, 0.9, 0.95, 0.99):
         alpha = (1 - Fraction(str(confidence))) / 2
-        assert exact_percentile_interval(dist, confidence) == (inverse_cdf(means, alpha),
-                                                               inverse_cdf(means, 1 - alpha))
+        assert (distribution_quantile(dist, alpha), distribution_quantile(dist, 1 - alpha)) == (
+            inverse_cdf(means, alpha), inverse_cdf(means, 1 - alpha))
 
 
 def test_report_intervals_agree_with_the_exact_bootstrap_over_every_resample():

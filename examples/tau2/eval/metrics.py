@@ -272,12 +272,6 @@ def distribution_quantile(dist: dict[Fraction, Fraction], p: Fraction) -> Fracti
     return max(dist)
 
 
-def exact_percentile_interval(dist: dict[Fraction, Fraction], confidence: float) -> tuple[Fraction, Fraction]:
-    """`percentile_interval` of an exact distribution (same quantile definition)."""
-    alpha = (1 - Fraction(str(confidence))) / 2
-    return distribution_quantile(dist, alpha), distribution_quantile(dist, 1 - alpha)
-
-
 @dataclass
 class ComponentStats:
     """One tau2 reward component (DB, COMMUNICATE, ACTION, ENV_ASSERTION...) over valid trials."""
