@@ -236,8 +236,7 @@ class DbSnapshot:
         return type(self.db).model_construct(_fields_set=set(self.db.model_fields_set), **tables)
 
     def digest(self, db: DB) -> TableDiff | str:
-        """Equal digests (from one snapshot) <=> equal tau2 hashes `get_dict_hash(db.model_dump())`.
-
+        """Equal digests (from one snapshot) <=> equal tau2 hashes `get_dict_hash(db.model_dump())`, in
         O(rows touched) for a fork. A database of another class gets tau2's own hash: tau2 1.0.1's
         `set_state` may point the user toolkit at the agent's database (mock)."""
         if self.tables is None or type(db) is not type(self.db):

@@ -1,15 +1,13 @@
-"""OpenAI-compatible chat calls for the policy, the user simulator and the judge, and the check before a run
-that such an endpoint answers (`endpoint_problems`): infrastructure failures are retried, then reject the
-episode; a reply that is no chat completion is the endpoint's failure (`MalformedReply`); a completion that
-is no valid turn is the model's (`InvalidOutput`); a prompt past the context is never retried."""
+"""OpenAI-compatible chat calls for the policy, the user simulator and the judge: infrastructure failures
+are retried, then reject the episode; a reply that is no chat completion is the endpoint's failure
+(`MalformedReply`); a completion that is no valid turn is the model's (`InvalidOutput`); a prompt past the
+context is recognised from the refusal's wording (`context_refusal`) and never retried."""
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
-import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +27,6 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait
 
 from examples.tau2.tau2_utils import EpisodeRejected, RejectReason, Termination
 
-LOOPBACK_HOSTS = frozenset({"127.0.0.1", "::1", "localhost"})
 _THINK_RE = re.compile(r"<think>.*?</think>\s*", re.DOTALL)
 
 
@@ -222,9 +219,8 @@ def _is_retryable(exc: BaseException) -> bool:
 
 
 class ChatEndpoint:
-    """One OpenAI-compatible endpoint with retries; failures after retries reject the episode with
-    `reject_reason`, but a prompt past the policy's context raises `ContextExceeded` (the episode ends,
-    scored)."""
+    """One OpenAI-compatible endpoint with retries; failures after them reject the episode (`reject_reason`),
+    but a prompt past the policy's context raises `ContextExceeded` (the episode ends, scored)."""
 
     def __init__(self, *, base_url: str, api_key: str, model: str, http_client: httpx.AsyncClient,
                  reject_reason: RejectReason, request_timeout_s: float, retries: int, backoff_s: float,
@@ -275,28 +271,3 @@ class ChatEndpoint:
         except httpx.HTTPError as e:
             raise EpisodeRejected(self.reject_reason, shorten(f"{type(e).__name__}: {e}")) from e
         raise AssertionError("unreachable")
-
-
-def endpoint_problems(what: str, url_setting: str, url: str, key_env: str, model_setting: str, model: str,
-                      hint: str, timeout_s: float, scheduler: str | None = None) -> list[str]:
-    """None or one sentence (ending in `hint` when unreachable): the endpoint answers `GET <url>/models` with
-    the key in `$key_env`, serves `model` if it lists models, and is not on loopback under SLURM."""
-    url = url.rstrip("/")
-    if scheduler == "slurm" and (urllib.parse.urlparse(url).hostname or "") in LOOPBACK_HOSTS:
-        return [f"{url_setting}={url} is a loopback address, which the rollout workers on other nodes cannot "
-                f"reach; use the {what} host's name or IP"]
-    key = os.environ.get(key_env) or "EMPTY"
-    try:
-        response = httpx.get(f"{url}/models", headers={"Authorization": f"Bearer {key}"}, timeout=timeout_s)
-    except httpx.HTTPError as e:
-        return [f"the {what} at {url_setting}={url} is not reachable ({type(e).__name__}); {hint}"]
-    if response.status_code in (401, 403):
-        return [f"the {what} at {url} rejects the key in ${key_env} (HTTP {response.status_code})"]
-    if response.status_code == 200:
-        try:
-            served = [str(m["id"]) for m in response.json().get("data", [])]
-        except (ValueError, KeyError, TypeError, AttributeError):
-            served = []
-        if served and model not in served:
-            return [f"the {what} at {url} serves {', '.join(served)}, not {model_setting}={model}"]
-    return []  # any other answer: up, without an OpenAI model list to compare against

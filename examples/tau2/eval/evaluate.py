@@ -722,7 +722,7 @@ ENDPOINT_CHECK_TIMEOUT_S = 10.0
 def endpoint_check(plan: EvalPlan) -> list[str]:
     """Before any trial (and before the output directory is touched): the policy answers, accepts its key
     and serves --policy-model when it lists its models; so does the user simulator, unless solo."""
-    from examples.tau2.episode.llm import endpoint_problems  # imports tau2: after setup_runtime
+    from examples.tau2.lifecycle.watchdog import endpoint_problems
 
     problems = endpoint_problems("policy", "--policy-base-url", plan.policy_base_url, plan.policy_api_key_env,
                                  "--policy-model", plan.policy_model,

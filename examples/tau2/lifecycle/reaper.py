@@ -137,11 +137,9 @@ def reaper_running(config: Any) -> Iterator[subprocess.Popen | None]:
 
 def reap(pid: int, create_time: float, experiment: str, trial: str, fileroot: str,
          poll_s: float = 0.5, scheduler: str = "local") -> None:
-    """Wait for the controller `pid` to end, then stop its workers' processes or cancel their jobs.
-
-    SIGTERM is ignored: `kill` of a process group, or SLURM cancelling a controller's job, sends it to the
-    controller and the reaper at once, and the reaper must outlive the controller, which stops it with
-    `STOP_REAPER` once its workers are stopped."""
+    """Wait for the controller `pid` to end, then stop its workers' processes or cancel their jobs. SIGTERM
+    is ignored: `kill` of a process group, or SLURM cancelling a controller's job, sends it to the controller
+    and the reaper at once; the controller stops it (`STOP_REAPER`) once the workers are stopped."""
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(STOP_REAPER, lambda *_: sys.exit(0))
     while alive(pid, create_time):

@@ -24,9 +24,9 @@ from areal.utils.network import gethostip
 from examples.tau2.compat import archon_model_types, tau2_judge, tree_block_size
 from examples.tau2.compat.tau2_release import ignored_data_dir, installed_release
 from examples.tau2.episode import domain as tau2_domain
-from examples.tau2.episode.llm import LOOPBACK_HOSTS, endpoint_problems
 from examples.tau2.lifecycle.reaper import seed_collision
 from examples.tau2.lifecycle.recover import check_recover, describe_recover, steps_per_epoch
+from examples.tau2.lifecycle.watchdog import LOOPBACK_HOSTS, endpoint_problems
 from examples.tau2.settings import addons
 from examples.tau2.settings import dataset as tau2_dataset
 from examples.tau2.settings.config import (

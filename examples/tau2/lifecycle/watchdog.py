@@ -1,18 +1,22 @@
 """Watchdogs that end a training run which can no longer train, instead of letting it stall: AReaL 1.0.4
-watches neither its inference servers (`ServerWatchdog`) nor its SLURM jobs (`Watchdog` over a probe).
-`CONTROL` is how something outside the loop (`slurm/requeue.py`) asks the run to stop at its next safe point.
-"""
+watches neither its inference servers (`ServerWatchdog`) nor its SLURM jobs (`Watchdog` over a probe). Before
+a run (or an evaluation), `endpoint_problems` asks the OpenAI-compatible endpoints it needs if they answer.
+`CONTROL` is how something outside the loop (`slurm/requeue.py`) asks the run to stop at a safe point."""
 
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import socket
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+import httpx
 
 from examples.tau2.runtime.process import hard_exit, stop_descendants
 
@@ -146,3 +150,30 @@ class ServerWatchdog(Watchdog):
                 self._down_since.pop((host, port), None)
         return ""
 
+
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "::1", "localhost"})
+
+
+def endpoint_problems(what: str, url_setting: str, url: str, key_env: str, model_setting: str, model: str,
+                      hint: str, timeout_s: float, scheduler: str | None = None) -> list[str]:
+    """None or one sentence (ending in `hint` when unreachable): the endpoint answers `GET <url>/models` with
+    the key in `$key_env`, serves `model` if it lists models, and is not on loopback under SLURM."""
+    url = url.rstrip("/")
+    if scheduler == "slurm" and (urllib.parse.urlparse(url).hostname or "") in LOOPBACK_HOSTS:
+        return [f"{url_setting}={url} is a loopback address, which the rollout workers on other nodes cannot "
+                f"reach; use the {what} host's name or IP"]
+    key = os.environ.get(key_env) or "EMPTY"
+    try:
+        response = httpx.get(f"{url}/models", headers={"Authorization": f"Bearer {key}"}, timeout=timeout_s)
+    except httpx.HTTPError as e:
+        return [f"the {what} at {url_setting}={url} is not reachable ({type(e).__name__}); {hint}"]
+    if response.status_code in (401, 403):
+        return [f"the {what} at {url} rejects the key in ${key_env} (HTTP {response.status_code})"]
+    if response.status_code == 200:
+        try:
+            served = [str(m["id"]) for m in response.json().get("data", [])]
+        except (ValueError, KeyError, TypeError, AttributeError):
+            served = []
+        if served and model not in served:
+            return [f"the {what} at {url} serves {', '.join(served)}, not {model_setting}={model}"]
+    return []  # any other answer: up, without an OpenAI model list to compare against
