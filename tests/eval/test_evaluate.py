@@ -646,10 +646,9 @@ def test_output_dir_with_trials_but_no_run_file_is_refused(endpoint, tmp_path, c
     assert "has trials.jsonl but no run.json" in capsys.readouterr().err
 
 
-
 def test_an_evaluation_does_not_load_areal(tmp_path):
-    """Evaluation needs tau2 and the workflow, not the trainer: without AReaL (torch, transformers) an oracle
-    evaluation of one task takes half the CPU and 40 % of the memory (bench/RESULTS.md, "The test suite")."""
+    """Evaluation needs tau2 and the workflow, not the trainer: AReaL (torch, transformers) stays unloaded,
+    which makes an evaluation cheaper in CPU and memory (bench/RESULTS.md, "The test suite")."""
     code = ("import sys\nfrom examples.tau2.eval.evaluate import main\n"
             f"code = main(['--oracle', '--domains', 'mock', '--split', 'all', '--task-ids', 'create_task_1', "
             f"'--trials', '1', '--output-dir', {str(tmp_path / 'out')!r}])\n"
