@@ -165,7 +165,7 @@ class _Engine:
     def save(self, meta) -> None:
         Path(meta.path).mkdir(parents=True, exist_ok=True)
         (Path(meta.path) / ".metadata").write_text(meta.path)
-        self.saved.append(meta.path)
+        self.saved.append((meta.path, meta.tokenizer))
 
 
 class _Stateful:
@@ -185,10 +185,10 @@ def test_atomic_handler_saves_to_next_then_swaps_in(tmp_path, monkeypatch):
     seen = []  # what a SIGTERM right after each dump would report saved (the journal's `saved_step`)
     for step in range(3):
         handler.dump(engine, StepInfo(epoch=0, epoch_step=step, global_step=step, steps_per_epoch=6),
-                     _Stateful(), _Stateful(), _Stateful(), _Stateful())
+                     _Stateful(), _Stateful(), _Stateful(), _Stateful(), tokenizer=object())
         seen.append(CONTROL.saved_step)
     assert seen == [None, 1, 1]  # set the moment the files are swapped in, not at the step's commit
-    assert engine.saved == [str(staged(paths.checkpoints[0]))]  # due at the second step only
+    assert engine.saved == [(str(staged(paths.checkpoints[0])), None)]  # the second step only; no tokenizer
     state = saved_state(paths)
     assert state is not None and state.global_step == 1 and state.trains_on == trains_on(config)
     assert state.trains_on == {"domain": "airline", "domain_modules": [], "mix": None, "train_split": "train"}

@@ -224,9 +224,9 @@ class AtomicRecoverHandler(RecoverHandler):
                                                  self.config.fileroot, name=name)
         path = staged(Path(live))
         shutil.rmtree(path, ignore_errors=True)
-        engine.save(SaveLoadMeta(path=str(path), weight_format="dcp",
-                                 with_optim=not self.config.no_save_optim, tokenizer=tokenizer,
-                                 processor=processor, base_model_path=base_model_path))
+        # DCP ignores the tokenizer, which AReaL would archive, send and rebuild in each worker every save
+        engine.save(SaveLoadMeta(path=str(path), weight_format="dcp", base_model_path=base_model_path,
+                                 with_optim=not self.config.no_save_optim))
 
     def dump(self, engine: Any, step_info: Any, *args: Any, **kwargs: Any) -> None:
         shutil.rmtree(staged(self.paths.info), ignore_errors=True)
