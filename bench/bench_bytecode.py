@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=3, help="runs of each import in each mode (alternating)")
     args = parser.parse_args(argv)
-    from examples.tau2.cpu.trainer import vllm_python
+    from examples.tau2.cpu.smoke_config import vllm_python
 
     pythons = {"venv": sys.executable, "vllm": vllm_python()}
     print("| import, fresh interpreter (median of "

@@ -22,8 +22,9 @@ from pathlib import Path
 import psutil
 import requests
 
+from examples.tau2.cpu.smoke_config import vllm_python
 from examples.tau2.cpu.tiny_model import TinyModelRecipe, ensure_tiny_model
-from examples.tau2.cpu.trainer import LAUNCHER_MODULE, vllm_python, vllm_server_env
+from examples.tau2.cpu.trainer import LAUNCHER_MODULE, vllm_server_env
 from examples.tau2.cpu.vllm_cpu_server import IN_ENGINE_PROCESS
 
 REPO = Path(__file__).resolve().parents[1]

@@ -276,7 +276,7 @@ def tokenizer() -> Any:
 @pytest.fixture
 def vllm_env(monkeypatch: pytest.MonkeyPatch) -> None:
     """A smoke config's checks need a vLLM interpreter to exist; any executable will do (not for a run)."""
-    from examples.tau2.cpu.trainer import VLLM_PYTHON_ENV
+    from examples.tau2.cpu.smoke_config import VLLM_PYTHON_ENV
 
     monkeypatch.setenv(VLLM_PYTHON_ENV, sys.executable)
 

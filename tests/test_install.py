@@ -29,7 +29,7 @@ _COMPILED = ("import importlib.util, sys\n"
 def test_the_venvs_carry_compiled_bytecode(venv):
     """The installs compile every module (pip's default; `--compile-bytecode` for uv): a process that may not
     write bytecode (PYTHONDONTWRITEBYTECODE) would otherwise compile what it imports each time it starts."""
-    from examples.tau2.cpu.trainer import vllm_python
+    from examples.tau2.cpu.smoke_config import vllm_python
 
     python, names = ((sys.executable, ["torch", "transformers", "areal", "tau2.environment.environment"])
                      if venv == "venv" else (vllm_python(), ["torch", "transformers", "vllm.v1.engine.core"]))

@@ -385,7 +385,7 @@ def test_the_moved_module_rows_are_the_vllm_launchers_aliases():
 @pytest.mark.slow
 def test_the_names_that_need_vllm_resolve_in_its_venv():
     """The rows `VLLM_ONLY` skips above, in the vLLM venv: names and parameters."""
-    from examples.tau2.cpu.trainer import vllm_python
+    from examples.tau2.cpu.smoke_config import vllm_python
 
     rows = [r for r in REPLACED if (r.upstream.startswith(VLLM_ONLY) or r.by.startswith(VLLM_ONLY))
             and r.upstream not in MOVED_MODULES]

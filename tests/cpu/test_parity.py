@@ -175,8 +175,8 @@ def test_parity_with_a_live_vllm_server_and_its_reply_parser(tmp_path, tokenizer
     from transformers import AutoTokenizer
 
     from examples.tau2.cpu.learn import serve_policy
+    from examples.tau2.cpu.smoke_config import vllm_python
     from examples.tau2.cpu.tiny_model import TinyModelRecipe, ensure_tiny_model
-    from examples.tau2.cpu.trainer import vllm_python
 
     tok = AutoTokenizer.from_pretrained(tokenizer_dir)
     mock = record_cases(["mock"], 1)

@@ -26,13 +26,14 @@ from examples.tau2.cpu.smoke import (
     plot_curves,
 )
 from examples.tau2.cpu.smoke_config import (
+    VLLM_PYTHON_ENV,
     SmokeConfigError,
     check_config,
     finished_state,
     load_smoke_config,
     total_steps,
+    vllm_python,
 )
-from examples.tau2.cpu.trainer import VLLM_PYTHON_ENV
 from examples.tau2.lifecycle.recover import recover_paths, saved_state
 from tests.cpu.smoke_support import free_port
 from tests.lifecycle.test_recover import _write_state
@@ -48,6 +49,12 @@ def _load(tmp_path, *overrides):
         f"econfig.user_base_url=http://127.0.0.1:{free_port()}/v1", *overrides,
     ])
     return config
+
+
+def test_missing_vllm_venv_is_one_clear_error(monkeypatch, tmp_path):
+    monkeypatch.setenv(VLLM_PYTHON_ENV, str(tmp_path / "nope" / "python"))
+    with pytest.raises(FileNotFoundError, match="install_vllm_cpu.sh"):
+        vllm_python()
 
 
 def test_the_shipped_config_has_no_problems(tmp_path, vllm_env):

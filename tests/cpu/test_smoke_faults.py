@@ -21,8 +21,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from examples.tau2.cpu.smoke_config import vllm_python
 from examples.tau2.cpu.tiny_model import default_cache_dir
-from examples.tau2.cpu.trainer import vllm_python
 from tests.cpu.smoke_support import (
     REPO,
     RUN_TIMEOUT_S,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from examples.tau2.cpu.trainer import vllm_python
+from examples.tau2.cpu.smoke_config import vllm_python
 from examples.tau2.cpu.vllm_cpu_server import _translate_pause
 from tests.cpu.smoke_support import free_port
 

@@ -111,7 +111,8 @@ def _wait_http(url: str, timeout_s: float, proc: subprocess.Popen) -> None:
 def serve_policy(model_dir: Path, name: str, log_path: Path, max_model_len: int) -> Iterator[str]:
     """vLLM's OpenAI server on CPU for `model_dir` (hermes tool parser), the model in the engine's process
     as in training (`vllm_cpu_server`, 5.: one interpreter fewer); yields its base URL."""
-    from examples.tau2.cpu.trainer import vllm_python, vllm_server_env
+    from examples.tau2.cpu.smoke_config import vllm_python
+    from examples.tau2.cpu.trainer import vllm_server_env
     from examples.tau2.cpu.vllm_cpu_server import IN_ENGINE_PROCESS, kv_cache_bytes
 
     port = free_port()

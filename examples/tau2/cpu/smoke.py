@@ -316,15 +316,17 @@ def run(config_file: Path, overrides: list[str], config: Tau2SmokeConfig) -> Smo
     from areal.api.cli_args import load_expr_config
     from areal.utils.stats_logger import StatsLogger
 
+    from examples.tau2.cpu import trainer as cpu_trainer
     from examples.tau2.cpu.scripted_endpoint import EndpointThread
-    from examples.tau2.cpu.trainer import STATS_FILE, CpuPPOTrainer
     from examples.tau2.lifecycle.reaper import reaper_running, registered
     from examples.tau2.lifecycle.recover import prepare_resume
     from examples.tau2.lifecycle.validate import shared_paths
     from examples.tau2.settings import dataset as tau2_dataset
     from examples.tau2.slurm.scheduler import describe_jobs
     from examples.tau2.tau2_train import train_call
+    from examples.tau2.training import trainer as tau2_trainer
 
+    console_logging(cpu_trainer.logger, tau2_trainer.logger)
     timings: dict[str, float] = {}
     start = time.perf_counter()
     model_dir = Path(config.actor.path) if config.actor.path else None
@@ -345,7 +347,7 @@ def run(config_file: Path, overrides: list[str], config: Tau2SmokeConfig) -> Smo
         Path(path).mkdir(parents=True, exist_ok=True)
     config, _ = load_expr_config(argv, Tau2SmokeConfig)
     log_dir = Path(StatsLogger.get_log_path(config.stats_logger))
-    stats_path = log_dir / STATS_FILE
+    stats_path = log_dir / cpu_trainer.STATS_FILE
     # A rerun of a killed run resumes (recover.mode auto); a finished one starts over.
     forget_finished_run(config)
     if prepare_resume(config, stats_path) is None:
@@ -362,7 +364,7 @@ def run(config_file: Path, overrides: list[str], config: Tau2SmokeConfig) -> Smo
         parity_dir = log_dir / "parity"
         if config.smoke.check_parity:  # the proxy records every prompt it renders; each step compares them
             shutil.rmtree(parity_dir, ignore_errors=True)  # a previous run's, already compared
-        with CpuPPOTrainer(config, train_dataset=tau2_dataset.to_dataset(rows),
+        with cpu_trainer.CpuPPOTrainer(config, train_dataset=tau2_dataset.to_dataset(rows),
                            parity_record_dir=str(parity_dir) if config.smoke.check_parity else "") as trainer:
             timings["startup"] = time.perf_counter() - t
             placement = describe_jobs(trainer.scheduler)
@@ -392,16 +394,16 @@ def run(config_file: Path, overrides: list[str], config: Tau2SmokeConfig) -> Smo
 
 
 def log_progress() -> None:
-    """Progress of this project's loggers on stderr, whatever AReaL does to the root logger."""
+    """Progress of this project's loggers on stderr, whatever AReaL does to the root logger (by object:
+    AReaL's `getLogger` replaces the logger manager). The trainers' own join in `run`, which imports them:
+    a refusal does not wait 4.5 s for their imports."""
     from examples.tau2 import tau2_utils
     from examples.tau2.cpu import tiny_model
-    from examples.tau2.cpu import trainer as cpu_trainer
     from examples.tau2.lifecycle import recover as tau2_recover
     from examples.tau2.lifecycle import watchdog
-    from examples.tau2.training import trainer as tau2_trainer
 
-    console_logging(logger, tau2_utils.logger, tiny_model.logger, cpu_trainer.logger, tau2_recover.logger,
-                    tau2_trainer.logger, watchdog.logger, logging.getLogger("tau2_areal.slurm"))
+    console_logging(logger, tau2_utils.logger, tiny_model.logger, tau2_recover.logger, watchdog.logger,
+                    logging.getLogger("tau2_areal.slurm"))
 
 
 def preflight(argv: list[str],

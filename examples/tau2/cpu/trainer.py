@@ -38,6 +38,7 @@ from areal.engine.vllm_remote import VLLMBackend
 from areal.utils.environ import is_single_controller
 from areal.utils.stats_logger import StatsLogger
 
+from examples.tau2.cpu.smoke_config import vllm_python
 from examples.tau2.training.trainer import Tau2PPOTrainer, Tau2vLLMEngine
 
 if TYPE_CHECKING:
@@ -46,22 +47,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger("tau2_areal.cpu_trainer")
 
 REPO = Path(__file__).resolve().parents[3]
-VLLM_PYTHON_ENV = "TAU2_VLLM_PYTHON"
-"""Interpreter of the vLLM venv; default `<repo>/.venv-vllm/bin/python` (scripts/install_vllm_cpu.sh)."""
 LAUNCHER_MODULE = "examples.tau2.cpu.vllm_cpu_server"
 STATS_FILE = "stats.jsonl"
 TREE_TOKEN_RATIO = "ppo_actor/update/tree_token_ratio"
 """AReaL's statistic of tree training: tokens in the packed trees / tokens in the rows."""
-
-
-def vllm_python() -> str:
-    path = os.environ.get(VLLM_PYTHON_ENV) or str(REPO / ".venv-vllm" / "bin" / "python")
-    if not os.access(path, os.X_OK):
-        raise FileNotFoundError(
-            f"the vLLM interpreter {path} does not exist; run `bash scripts/install_vllm_cpu.sh` "
-            f"or set {VLLM_PYTHON_ENV}"
-        )
-    return path
 
 
 def vllm_server_command(server_args: dict[str, Any]) -> list[str]:
