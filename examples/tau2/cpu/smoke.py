@@ -394,9 +394,8 @@ def run(config_file: Path, overrides: list[str], config: Tau2SmokeConfig) -> Smo
 
 
 def log_progress() -> None:
-    """Progress of this project's loggers on stderr, whatever AReaL does to the root logger (by object:
-    AReaL's `getLogger` replaces the logger manager). The trainers' own join in `run`, which imports them:
-    a refusal does not wait 4.5 s for their imports."""
+    """Progress of this project's loggers on stderr, by object (AReaL's `getLogger` replaces the manager).
+    The trainers' join in `run`, which imports them: a refusal need not wait for those imports."""
     from examples.tau2 import tau2_utils
     from examples.tau2.cpu import tiny_model
     from examples.tau2.lifecycle import recover as tau2_recover
