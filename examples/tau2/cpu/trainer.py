@@ -38,7 +38,7 @@ from areal.engine.vllm_remote import VLLMBackend
 from areal.utils.environ import is_single_controller
 from areal.utils.stats_logger import StatsLogger
 
-from examples.tau2.cpu.smoke_config import vllm_python
+from examples.tau2.cpu.smoke_config import REPO, vllm_python
 from examples.tau2.training.trainer import Tau2PPOTrainer, Tau2vLLMEngine
 
 if TYPE_CHECKING:
@@ -46,7 +46,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("tau2_areal.cpu_trainer")
 
-REPO = Path(__file__).resolve().parents[3]
 LAUNCHER_MODULE = "examples.tau2.cpu.vllm_cpu_server"
 STATS_FILE = "stats.jsonl"
 TREE_TOKEN_RATIO = "ppo_actor/update/tree_token_ratio"
