@@ -15,7 +15,7 @@ import contextlib
 import importlib.util
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,13 +36,15 @@ def scripted_logprobs(n: int) -> list[float]:
 
 class ScriptedSGLang:
     """SGLang's /health and /generate on 127.0.0.1 in a background thread; each reply waits `delay_s`
-    (a generation's time) and depends on whether a tool ran yet. `requests` holds every request body."""
+    (a generation's time; the first ones wait `first_delays_s` instead, one each, in order) and depends on
+    whether a tool ran yet. `requests` holds every request body."""
 
-    def __init__(self, delay_s: float = 0.0) -> None:
+    def __init__(self, delay_s: float = 0.0, first_delays_s: Sequence[float] = ()) -> None:
         from transformers import AutoTokenizer
 
         self.tokenizer = AutoTokenizer.from_pretrained(TOKENIZER_DIR)
         self.delay_s = delay_s
+        self.first_delays_s = list(first_delays_s)
         self.requests: list[dict[str, Any]] = []
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
@@ -55,8 +57,9 @@ class ScriptedSGLang:
     async def _generate(self, request: web.Request) -> web.Response:
         body = await request.json()
         self.requests.append(body)
-        if self.delay_s:
-            await asyncio.sleep(self.delay_s)
+        delay = self.first_delays_s.pop(0) if self.first_delays_s else self.delay_s
+        if delay:
+            await asyncio.sleep(delay)
         prompt = self.tokenizer.decode(body["input_ids"])
         ids = self.reply_ids(CLOSING if "<tool_response>" in prompt else TOOL_CALL)
         return web.json_response({"meta_info": {

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -36,6 +37,7 @@ from examples.tau2.cpu.scripted_endpoint import EndpointThread
 from examples.tau2.tau2_train import WORKFLOW
 from examples.tau2.training.served_prompt import SERVING_ENGINE_ENV
 from examples.tau2.training.trainer import Tau2SGLangEngine
+from tests.fault_relay import FAULTS, FaultRelay
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -151,3 +153,49 @@ def test_an_episode_past_the_context_is_scored_not_retried_and_its_group_kept(tm
     assert re.search(r"tau2 airline/41 ended: context exceeded: the prompt \(\d+ tokens\) does not fit "
                      rf"the context \({CONTEXT} tokens\), refused by AReaL's proxy; scored 0.000", log)
     assert "rejected (" not in log
+
+
+GAVE_UP = ("timeout", *FAULTS, "the SDK's own retry")
+"""How a client gives up on a completion AReaL's proxy has recorded (tests/fault_relay.py)."""
+
+
+def test_a_completion_whose_client_gave_up_is_no_row_and_the_turns_taken_keep_their_discount_chain(
+        tmp_path, endpoint, monkeypatch):
+    """One GRPO group of 2 airline episodes (2 turns each) per way a client gives up on a completion the
+    proxy recorded: the first request times out at the client while SGLang is still generating it (the
+    proxy serves it to its end, before the episode's later turns, 1 s each, end); or, through
+    `FaultRelay`, its answer is reset, a 502 or a malformed body; or (an agent whose retries are the OpenAI
+    SDK's) a 502 the SDK retries. Each time the proxy recorded 5 completions for the 4 turns taken: 4 rows,
+    each episode's reward chained over its own 2 turns ([0.5, 1.0]; AReaL 1.0.4 alone trains the orphan
+    too, the issue's 0.25, 0.5, 1.0, 0.5, 1.0)."""
+    monkeypatch.setenv("AREAL_PROXY_WARN_ONCE", "1")
+    config = rollout_config(tmp_path, turn_discount=TURN_DISCOUNT, env={SERVING_ENGINE_ENV: "sglang"},
+                            max_head_offpolicyness=len(GAVE_UP) - 1)
+    tau2_kwargs = dict(user_base_url=endpoint.url, user_model="user", agent_model="default",
+                       max_completion_tokens=MAX_COMPLETION_TOKENS, episode_timeout_s=120.0,
+                       request_timeout_s=3.0, llm_retries=2, retry_backoff_s=0.1, drop_uniform_groups=False)
+    with (ScriptedSGLang(delay_s=1.0, first_delays_s=[4.5]) as sglang,
+          rollout_controller(Tau2SGLangEngine, config, sglang, tmp_path) as controller,
+          FaultRelay(controller.proxy_addrs[0]) as relay):
+        trained: dict[str, list[float]] = {}
+        for path in GAVE_UP:
+            sdk = path == "the SDK's own retry"
+            relay.faults = ["502" if sdk else path] if path != "timeout" else []
+            generated, started = len(sglang.requests), time.monotonic()
+            controller.submit(TASK, workflow="tests.fault_relay.SdkRetryAgent" if sdk else WORKFLOW,
+                              workflow_kwargs={} if sdk else tau2_kwargs, group_size=2, proxy_addr=relay.url)
+            [traj] = controller.wait(1)
+            assert traj is not None, f"{path}: the group was rejected (the worker logs: tmp_path/logs)"
+            traj = RTensor.localize(traj)
+            assert len(sglang.requests) - generated == 5, f"{path}: the proxy served no orphan"
+            if path == "timeout":
+                assert time.monotonic() - started > 3.0  # the client gave up after request_timeout_s
+            else:
+                assert relay.faulted[-1] == ("502" if sdk else path) and not relay.faults
+            assert traj["input_ids"].shape[0] == traj["rewards"].shape[0]
+            trained[path] = traj["rewards"].tolist()
+        stats = controller.export_stats()
+    assert trained == {path: [TURN_DISCOUNT, 1.0, TURN_DISCOUNT, 1.0] for path in GAVE_UP}
+    assert stats["rollout/tau2/rows/not_taken"] == pytest.approx(0.5)  # one per group of two episodes
+    assert stats["rollout/tau2/rows/missing"] == 0.0
+    assert not psutil.Process().children(recursive=True), "a worker process outlived the test"

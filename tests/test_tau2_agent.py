@@ -14,7 +14,14 @@ import pytest
 from examples.tau2 import tau2_agent
 from examples.tau2.episode import domain as tau2_domain
 from examples.tau2.tau2_agent import Tau2AgentWorkflow
-from examples.tau2.tau2_utils import EpisodeRejected, EpisodeResult, RejectReason, Termination, score_group
+from examples.tau2.tau2_utils import (
+    EpisodeRejected,
+    EpisodeResult,
+    EpisodeTurns,
+    RejectReason,
+    Termination,
+    score_group,
+)
 from tests.conftest import make_workflow, run_one
 
 TELECOM_TASK = "[mobile_data_issue]user_abroad_roaming_enabled_off[PERSONA:None]"
@@ -69,6 +76,25 @@ def test_run_returns_float_for_areal_and_leaves_shared_client_open(endpoint):
 
     reward = asyncio.run(go())
     assert type(reward) is float and reward == 1.0
+
+
+def test_run_turns_names_the_completions_received_and_none_that_failed(endpoint):
+    """The turns taken, in order: every policy completion the episode received (the think tool's too), none
+    of a request that failed and was asked again (503, then a body that is no completion)."""
+    async def go(policy: str) -> tuple[EpisodeTurns, EpisodeResult]:
+        wf = make_workflow(endpoint, policy, enable_think_tool=True)
+        row = {"domain": "airline", "task_id": "7"}
+        turns = await wf.run_turns(row, base_url=endpoint.url, api_key="k")
+        result = await wf.run_episode(row, base_url=endpoint.url, api_key="k")
+        await wf.aclose()
+        return turns, result
+
+    for policy in ("think", "flaky1", "malformed1:truncated"):
+        turns, result = asyncio.run(go(policy))
+        assert turns.reward == result.reward == 1.0
+        assert len(turns.completion_ids) == len(set(turns.completion_ids)) == result.num_agent_turns > 2
+        assert all(cid.startswith("chatcmpl-") for cid in turns.completion_ids)
+        assert len(result.completion_ids) == result.num_agent_turns
 
 
 def test_requests_carry_sampling_settings_and_task_header(endpoint):

@@ -19,6 +19,7 @@ from examples.tau2.tau2_utils import (
     Termination,
     score_group,
     shape_reward,
+    turn_rewards,
 )
 
 OK = dict(user_base_url="http://127.0.0.1:1/v1", user_model="u")
@@ -173,3 +174,19 @@ def test_stats_name_kept_rejected_and_why_a_group_was_dropped():
         "tau2/group/kept_episodes": 3.0, "tau2/group/rejected_episodes": 1.0,
         "tau2/group/dropped": 0.0, "tau2/group/dropped_uniform": 1.0}
 
+
+
+@pytest.mark.parametrize("turns,discount", [(1, 0.5), (3, 0.5), (4, 1.0), (5, 0.9)])
+def test_turn_rewards_chain_as_areal_s_cache_does(turns, discount):
+    """The rewards AReaL's own `InteractionCache.apply_reward_discount` gives the same turns, bit for bit."""
+    from areal.experimental.openai.cache import InteractionCache
+    from areal.experimental.openai.types import InteractionWithTokenLogpReward
+
+    cache = InteractionCache()
+    for i in range(turns):  # each turn's prompt extends the last: AReaL's parent lookup finds a chain
+        cache[f"c{i}"] = InteractionWithTokenLogpReward(messages=[{"role": "user", "content": str(j)}
+                                                                   for j in range(i + 1)])
+    cache.set_last_reward(0.75)
+    expected = [row.reward for row in cache.apply_reward_discount(discount).values()]
+    assert turn_rewards(turns, 0.75, discount) == expected
+    assert turn_rewards(0, 1.0, 0.5) == []

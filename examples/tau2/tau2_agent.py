@@ -47,6 +47,7 @@ from examples.tau2.runtime.process import record_stats, setup_runtime
 from examples.tau2.tau2_utils import (
     EpisodeRejected,
     EpisodeResult,
+    EpisodeTurns,
     GroupRules,
     RejectReason,
     RewardBaseline,
@@ -91,6 +92,13 @@ class Tau2AgentWorkflow:
                   http_client: httpx.AsyncClient | None = None) -> float:
         """AReaL's entry point in inline mode, the only one training allows (`lifecycle/validate.py`): the
         episode's (shaped) reward, or EpisodeRejected."""
+        turns = await self.run_turns(data, base_url=base_url, api_key=api_key, http_client=http_client)
+        return turns.reward
+
+    async def run_turns(self, data: dict[str, Any], *, base_url: str = "", api_key: str = "EMPTY",
+                        http_client: httpx.AsyncClient | None = None) -> EpisodeTurns:
+        """`run`, with the policy completions the episode received: the turns it took, which are its
+        training rows (`training/group_workflow.py` trains those and no other completion of the session)."""
         if not base_url:
             raise ValueError("Tau2AgentWorkflow.run needs base_url")
         try:
@@ -104,7 +112,7 @@ class Tau2AgentWorkflow:
         if self.config.dump_dir:
             metrics["dump_failed"] = float(bool(result.dump_error))
         record_stats(metrics)
-        return result.reward
+        return EpisodeTurns(result.reward, tuple(result.completion_ids))
 
     async def run_episode(self, data: dict[str, Any], *, base_url: str, api_key: str,
                           http_client: httpx.AsyncClient | None = None) -> EpisodeResult:
@@ -313,7 +321,8 @@ def _score_episode(ref: TaskRef, orch: Orchestrator, stats: _EpisodeStats, start
         tau2_run=simulation.model_copy(update={"reward_info": reward_info}).model_dump(
             mode="json", exclude={"messages"}),
         note="; ".join(n for n in (ended.detail if ended else "", eval_note) if n),
-        agent_view=agent_view(orch.agent, simulation.messages), grade=grade)
+        agent_view=agent_view(orch.agent, simulation.messages), grade=grade,
+        completion_ids=list(stats.completion_ids))
 
 
 def _grade(domain: str, task: Task, solo_mode: bool, simulation: SimulationRun,
@@ -387,6 +396,8 @@ class _EpisodeStats:
     def __init__(self) -> None:
         self.agent_turns = self.tool_calls = self.invalid_tool_calls = 0
         self.agent_latency_s = self.user_latency_s = self.judge_latency_s = 0.0
+        self.completion_ids: list[str] = []
+        """The policy completions the episode received, in order (`EpisodeResult.completion_ids`)."""
 
 
 def think(thought: str) -> str:
@@ -445,6 +456,7 @@ class _PolicyTurn:
                                                                           **sampling))
             self.stats.agent_turns += 1
             self.stats.agent_latency_s += latency
+            self.stats.completion_ids.append(completion.id or "")
             reply = parse_reply(completion)
             thoughts = [c for c in reply.tool_calls if c.name == THINK_TOOL_NAME]
             if not (cfg.enable_think_tool and thoughts):

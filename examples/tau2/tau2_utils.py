@@ -304,6 +304,10 @@ class EpisodeResult:
     agent_view: dict[str, Any] = field(default_factory=dict)
     """What the policy saw besides `messages` (`tau2_agent.agent_view`), which SFT export (`sft.data`) checks
     the prompt and tools it rebuilds from tau2 against."""
+    completion_ids: list[str] = field(default_factory=list)
+    """The ids of the policy completions the episode received, in order: the turns it took, each one of its
+    training rows. A completion whose client gave up (a timeout, a reset, a 5xx, a malformed body) was
+    never received: it is none of them, even when the proxy recorded it."""
 
     def metrics(self) -> dict[str, float]:
         """Scalars for AReaL's stats tracker (one value per episode)."""
@@ -315,6 +319,26 @@ class EpisodeResult:
 
     def to_json(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "termination": self.termination.value}
+
+
+@dataclass(frozen=True)
+class EpisodeTurns:
+    """A scored episode as its group trains it (`Tau2AgentWorkflow.run_turns`): its reward, and the ids of
+    the policy completions it received, in order (`EpisodeResult.completion_ids`)."""
+
+    reward: float
+    completion_ids: tuple[str, ...]
+
+
+def turn_rewards(turns: int, reward: float, discount: float) -> list[float]:
+    """The rewards of an episode's `turns` rows, oldest first: the last row carries the episode's `reward`,
+    each earlier one `discount` times the next, as AReaL's `turn_discount` chains them (`InteractionCache.
+    apply_reward_discount`), over the turns the episode took only."""
+    rewards, current = [], 0.0
+    for i in range(turns):
+        current = current * discount + (reward if i == 0 else 0.0)
+        rewards.append(current)
+    return rewards[::-1]
 
 
 def first_line(e: BaseException) -> str:

@@ -77,6 +77,7 @@ ONE_ERROR = [
     (["gconfig.n_samples=1"], "econfig.drop_uniform_groups compares the episodes of a group, but "
      "gconfig.n_samples=1 makes groups of one"),
     (["rollout.agent.mode=subproc"], "rollout.agent.mode must be inline"),
+    (["rollout.agent.export_style=concat"], "rollout.agent.export_style must be individual, got 'concat'"),
     (["econfig.reward_baseline=group_mean", "gconfig.n_samples=1", "econfig.drop_uniform_groups=false"],
      "econfig.reward_baseline group_mean centers each reward on its group's mean, but gconfig.n_samples=1 "
      "makes groups of one"),

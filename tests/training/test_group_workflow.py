@@ -13,7 +13,10 @@ from contextlib import AsyncExitStack
 from typing import Any
 
 import pytest
+import torch
 from areal.experimental.openai.proxy.client_session import OpenAIProxyClient
+from areal.experimental.openai.proxy.server import deserialize_interactions
+from areal.infra.rpc.serialization import serialize_value
 from areal.utils import stats_tracker
 
 from examples.tau2.tau2_utils import EpisodeRejected, GroupRules, RejectReason
@@ -21,6 +24,7 @@ from examples.tau2.training.group_workflow import (
     DropRejectedProxyWorkflow,
     PartialGroupWorkflow,
     StartedEpisode,
+    keep_taken,
 )
 from tests.conftest import make_workflow
 
@@ -174,3 +178,27 @@ def test_the_proxy_workflow_takes_its_agent_s_rules(endpoint):
     assert proxy_workflow(RulelessAgent()).group_rules() == GroupRules()
     with pytest.raises(ValueError, match="runs agents inline, not in 'subproc' mode"):
         DropRejectedProxyWorkflow(mode="subproc", agent=RulelessAgent())
+
+
+def exported(*ids: str, reward: float = 1.0) -> dict[str, Any]:
+    """Rows as AReaL's proxy exports a session (`/export_trajectories`, deserialized): every completion it
+    recorded, in order, each with its tensors and the reward its discount chain gave it."""
+    payload = {cid: {"tensor_dict": {"input_ids": torch.tensor([[i, i + 1]]), "rewards": torch.tensor([reward])},
+                     "reward": reward, "interaction_id": cid} for i, cid in enumerate(ids)}
+    return deserialize_interactions(serialize_value(payload))
+
+
+def test_rows_are_the_turns_taken_with_the_discount_chained_over_them_alone():
+    """The proxy recorded an orphan (`a0`: its client timed out and asked again, `a1`): it is no row, and
+    the two turns taken chain the reward as if it had never been (AReaL 1.0.4: 0.25, 0.5, 1.0)."""
+    split = keep_taken(exported("a0", "a1", "b"), ["a1", "b"], reward=1.0, discount=0.5)
+    assert list(split.rows) == ["a1", "b"] and split.not_taken == ("a0",) and split.missing == ()
+    assert [row.reward for row in split.rows.values()] == [0.5, 1.0]
+    assert [row.to_tensor_dict()["rewards"].tolist() for row in split.rows.values()] == [[0.5], [1.0]]
+    assert split.rows["a1"].to_tensor_dict()["input_ids"].tolist() == [[1, 2]]  # the row's own tokens
+
+
+def test_a_turn_without_a_row_is_missing_and_no_reward_leaves_the_export_as_it_was():
+    split = keep_taken(exported("a", "b", reward=0.3), ["a", "x", "b"], reward=None, discount=0.5)
+    assert list(split.rows) == ["a", "b"] and split.missing == ("x",) and split.not_taken == ()
+    assert [row.reward for row in split.rows.values()] == [0.3, 0.3]

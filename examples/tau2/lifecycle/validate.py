@@ -368,7 +368,11 @@ def check_training(config: Tau2PPOConfig, train_rows: int | None) -> list[str]:
     if agent.mode != "inline":
         errors.append(f"rollout.agent.mode must be inline (Tau2AgentWorkflow takes the proxy's base_url, "
                       f"api_key and http_client as arguments), got {agent.mode!r}")
-    if agent.export_style == "individual":
+    if agent.export_style != "individual":
+        errors.append(f"rollout.agent.export_style must be individual, got {agent.export_style!r}: an "
+                      "episode trains one row per turn it took (training/group_workflow.py); concat joins "
+                      "turns through the proxy's own messages, which tau2's messages are not")
+    else:
         for name, norm in (("adv_norm", config.actor.adv_norm), ("reward_norm", config.actor.reward_norm)):
             if norm is not None and "group" in (norm.mean_level, norm.std_level):
                 errors.append(f"actor.{name} uses group-level statistics, but with "

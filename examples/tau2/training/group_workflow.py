@@ -4,6 +4,12 @@ AReaL's `GroupedRolloutWorkflow` fails the whole group on one rejected episode, 
 reward to the proxy alone. Here `start_episode` runs an episode up to its raw reward (or rejection), leaving
 the session open; `PartialGroupWorkflow` scores the group (`tau2_utils.score_group`), then `finish_episode`
 sets each training reward and ends and exports the session.
+
+The rows are the turns the episode took. AReaL's proxy records every completion it serves, also one whose
+client gave up (a timeout, a reset connection, a 5xx or a malformed body on the way back) and asked again,
+and 1.0.4 exports each as a row and a link of the reward's discount chain. An agent that says which
+completions it received (`TurnTakingAgent`: `Tau2AgentWorkflow.run_turns`) trains on those alone
+(`keep_taken`), their rewards chained over them alone.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+import torch
 from areal.experimental.openai import OpenAIProxyWorkflow
 from areal.experimental.openai.proxy.client_session import OpenAIProxyClient
 from areal.infra import workflow_context
@@ -22,7 +29,15 @@ from areal.infra.remote_inf_engine import GroupedRolloutWorkflow
 from areal.utils.perf_tracer import session_context
 
 from examples.tau2.runtime.process import record_stats
-from examples.tau2.tau2_utils import MIN_GROUP_EPISODES, DropReason, EpisodeRejected, GroupRules, score_group
+from examples.tau2.tau2_utils import (
+    MIN_GROUP_EPISODES,
+    DropReason,
+    EpisodeRejected,
+    EpisodeTurns,
+    GroupRules,
+    score_group,
+    turn_rewards,
+)
 
 logger = logging.getLogger("tau2_areal.groups")
 
@@ -37,6 +52,14 @@ class RuledAgent(Protocol):
     def group_rules(self) -> GroupRules: ...
 
 
+@runtime_checkable
+class TurnTakingAgent(Protocol):
+    """An agent that says which of its session's completions it received (`Tau2AgentWorkflow`)."""
+
+    async def run_turns(self, data: dict[str, Any], *, base_url: str, api_key: str,
+                        http_client: Any) -> EpisodeTurns: ...
+
+
 @dataclass
 class StartedEpisode:
     """An episode after phase 1: its agent returned a raw reward or rejected it; its session is open."""
@@ -45,6 +68,34 @@ class StartedEpisode:
     session: AsyncExitStack  # closing it ends the proxy session
     reward: float | None  # the agent's raw reward; None: rejected
     rejection: EpisodeRejected | None = None
+    taken: tuple[str, ...] | None = None
+    """The completions the episode received, in order (a `TurnTakingAgent`'s); None: the agent does not say,
+    and every completion of the session is a row, as in AReaL."""
+
+
+@dataclass(frozen=True)
+class TakenRows:
+    """An episode's exported rows split by the turns it took (`keep_taken`)."""
+
+    rows: Rows
+    """The rows of the turns taken, in the session's order."""
+    not_taken: tuple[str, ...]
+    """Completions the proxy recorded that the episode never received (their client gave up): dropped."""
+    missing: tuple[str, ...]
+    """Turns the episode took that the proxy did not export: the episode cannot be trained as it ran."""
+
+
+def keep_taken(rows: Rows, taken: Sequence[str], reward: float | None, discount: float) -> TakenRows:
+    """The rows of the turns `taken`, each carrying its reward in the chain over those turns alone
+    (`tau2_utils.turn_rewards`; `reward` None: the rewards stay as exported)."""
+    wanted = set(taken)
+    kept = {cid: row for cid, row in rows.items() if cid in wanted}
+    if reward is not None:
+        for row, value in zip(kept.values(), turn_rewards(len(kept), reward, discount), strict=True):
+            row.reward = value
+            row.to_tensor_dict()["rewards"] = torch.tensor([value])  # the exported row's tensors
+    return TakenRows(kept, tuple(cid for cid in rows if cid not in wanted),
+                     tuple(cid for cid in taken if cid not in rows))
 
 
 class DropRejectedProxyWorkflow(OpenAIProxyWorkflow):
@@ -69,8 +120,15 @@ class DropRejectedProxyWorkflow(OpenAIProxyWorkflow):
                                   admin_api_key=self._admin_api_key)
         session = AsyncExitStack()
         await session.enter_async_context(proxy)
+        taken: tuple[str, ...] | None = None
         try:
-            reward = await self._run_agent(proxy.session_api_key, data)
+            if isinstance(self.agent, TurnTakingAgent):  # inline mode, as AReaL's `_run_agent` calls `run`
+                client = await workflow_context.get_httpx_client()
+                turns = await self.agent.run_turns(data, base_url=self.proxy_addr,
+                                                   api_key=proxy.session_api_key, http_client=client)
+                reward, taken = turns.reward, turns.completion_ids
+            else:
+                reward = await self._run_agent(proxy.session_api_key, data)
             if not isinstance(reward, float):
                 raise ValueError(f"the agent must return a float reward, got {type(reward).__name__}")
         except EpisodeRejected as e:
@@ -78,20 +136,34 @@ class DropRejectedProxyWorkflow(OpenAIProxyWorkflow):
         except BaseException:
             await session.aclose()
             raise
-        return StartedEpisode(proxy, session, reward)
+        return StartedEpisode(proxy, session, reward, taken=taken)
 
     async def finish_episode(self, episode: StartedEpisode, reward: float | None) -> Rows | None:
         """Phase 2: `reward` (None: none) to the last completion, then end and export the session.
         Returns the rows, or None for a rejected episode."""
         async with episode.session:
-            if reward is not None:
+            if reward is not None and episode.taken is None:
                 await episode.proxy.set_last_reward(reward)
+            elif reward is not None and episode.taken:  # its last turn, which may not be the last recorded
+                await episode.proxy.set_reward(episode.taken[-1], reward)
         # Exporting also deletes the session on the proxy: a discarded episode's turns are freed now.
         rows = await episode.proxy.export_interactions(discount=self.discount, style=self.export_style)
         if episode.rejection is not None:
             logger.info("episode dropped alone (%s); %d recorded turn(s) discarded",
                         episode.rejection.reason.value, len(rows))
             return None
+        if episode.taken is not None:
+            split = keep_taken(rows, episode.taken, reward, self.discount)
+            record_stats({"rows/not_taken": float(len(split.not_taken)),
+                          "rows/missing": float(len(split.missing))})
+            if split.not_taken:
+                logger.info("%d recorded completion(s) the episode never received (its client gave up and "
+                            "asked again) are not trained", len(split.not_taken))
+            if split.missing:
+                logger.warning("episode dropped: %d of its %d turn(s) have no row in the proxy's export",
+                               len(split.missing), len(episode.taken))
+                return None
+            rows = split.rows
         if rows and reward is not None:
             record_stats({"reward": rows[next(reversed(rows))].reward}, prefix="")
         return rows
