@@ -37,14 +37,17 @@ def scripted_logprobs(n: int) -> list[float]:
 class ScriptedSGLang:
     """SGLang's /health and /generate on 127.0.0.1 in a background thread; each reply waits `delay_s`
     (a generation's time; the first ones wait `first_delays_s` instead, one each, in order) and depends on
-    whether a tool ran yet. `requests` holds every request body."""
+    whether a tool ran yet (the first ones are `first_replies` instead; "" is the end-of-text token alone).
+    `requests` holds every request body."""
 
-    def __init__(self, delay_s: float = 0.0, first_delays_s: Sequence[float] = ()) -> None:
+    def __init__(self, delay_s: float = 0.0, first_delays_s: Sequence[float] = (),
+                 first_replies: Sequence[str] = ()) -> None:
         from transformers import AutoTokenizer
 
         self.tokenizer = AutoTokenizer.from_pretrained(TOKENIZER_DIR)
         self.delay_s = delay_s
         self.first_delays_s = list(first_delays_s)
+        self.first_replies = list(first_replies)
         self.requests: list[dict[str, Any]] = []
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
@@ -61,7 +64,8 @@ class ScriptedSGLang:
         if delay:
             await asyncio.sleep(delay)
         prompt = self.tokenizer.decode(body["input_ids"])
-        ids = self.reply_ids(CLOSING if "<tool_response>" in prompt else TOOL_CALL)
+        scripted = CLOSING if "<tool_response>" in prompt else TOOL_CALL
+        ids = self.reply_ids(self.first_replies.pop(0) if self.first_replies else scripted)
         return web.json_response({"meta_info": {
             "finish_reason": {"type": "stop"},
             "output_token_logprobs": [

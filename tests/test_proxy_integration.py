@@ -199,3 +199,22 @@ def test_a_completion_whose_client_gave_up_is_no_row_and_the_turns_taken_keep_th
     assert stats["rollout/tau2/rows/not_taken"] == pytest.approx(0.5)  # one per group of two episodes
     assert stats["rollout/tau2/rows/missing"] == 0.0
     assert not psutil.Process().children(recursive=True), "a worker process outlived the test"
+
+
+def test_an_empty_reply_is_scored_as_the_policy_s_not_retried_as_the_server_s(tmp_path, fake_sglang, endpoint,
+                                                                             monkeypatch):
+    """The policy ends its first turn at once (the end-of-text token alone). AReaL 1.0.4's proxy answers 500
+    ("All output_tokens are EOS or PAD tokens"), the client retries and the empty reply is resampled away;
+    through the training's engine (`EmptyReply`) it is an empty reply: the episode ends as an invalid turn,
+    scored, with no request failed, and that one token is its row."""
+    monkeypatch.setenv("AREAL_PROXY_WARN_ONCE", "1")
+    fake_sglang.first_replies = [""]
+    [results] = run_groups(tmp_path, fake_sglang, endpoint, [("user", 2)])
+    assert len(fake_sglang.requests) == 3  # the empty reply, and the other episode's two turns: no retry
+    [dump] = [d for d in (json.loads(p.read_text()) for p in (tmp_path / "dumps").rglob("*.json"))
+              if d["termination"] == "invalid_output"]
+    assert dump["note"] == "empty reply" and dump["policy_failed_attempts"] == 0 and dump["tau2_reward"] == 0
+    [traj] = results
+    eos = fake_sglang.tokenizer.eos_token_id
+    outputs = [traj["input_ids"][row][traj["loss_mask"][row].bool()].tolist() for row in range(3)]
+    assert [eos] in outputs  # the empty reply is trained on: its one token, with the episode's reward

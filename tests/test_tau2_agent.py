@@ -309,7 +309,8 @@ def test_transiently_malformed_replies_recover(endpoint, policy, user):
     assert endpoint.endpoint.requests[user] - before[user] == user_turns + (user != "user")
 
 
-def test_malformed_reply_rejection_is_one_warning_line(endpoint, caplog, monkeypatch):
+def test_malformed_reply_rejection_is_one_warning_line_after_one_for_each_failed_attempt(endpoint, caplog,
+                                                                                       monkeypatch):
     monkeypatch.setattr(tau2_agent, "record_stats", lambda values: None)  # importing AReaL takes ~15 s
     wf = make_workflow(endpoint, "malformed:array", llm_retries=1)
 
@@ -322,9 +323,11 @@ def test_malformed_reply_rejection_is_one_warning_line(endpoint, caplog, monkeyp
     with caplog.at_level("WARNING", logger="tau2_areal"), pytest.raises(EpisodeRejected):
         asyncio.run(go())
     records = [r for r in caplog.records if r.name == "tau2_areal"]
-    assert [r.levelname for r in records] == ["WARNING"]
-    assert "rejected (policy_endpoint)" in records[0].getMessage()
-    assert "\n" not in caplog.text.strip() and records[0].exc_info is None
+    assert [r.levelname for r in records] == ["WARNING"] * 3
+    assert [r.getMessage().split(":")[0] for r in records[:2]] == [
+        "policy_endpoint request failed (attempt 1 of 2)", "policy_endpoint request failed (attempt 2 of 2)"]
+    assert "rejected (policy_endpoint)" in records[2].getMessage()
+    assert all("\n" not in r.getMessage() and r.exc_info is None for r in records)
 
 
 def test_episode_never_exceeds_its_timeout(endpoint):

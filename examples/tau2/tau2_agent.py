@@ -112,7 +112,7 @@ class Tau2AgentWorkflow:
         if self.config.dump_dir:
             metrics["dump_failed"] = float(bool(result.dump_error))
         record_stats(metrics)
-        return EpisodeTurns(result.reward, tuple(result.completion_ids))
+        return EpisodeTurns(result.reward, tuple(result.completion_ids), result.policy_failed_attempts)
 
     async def run_episode(self, data: dict[str, Any], *, base_url: str, api_key: str,
                           http_client: httpx.AsyncClient | None = None) -> EpisodeResult:
@@ -149,6 +149,7 @@ class Tau2AgentWorkflow:
             await asyncio.wait([job, waiter], return_when=asyncio.FIRST_COMPLETED)
             waiter.cancel()
             result = await asyncio.wait_for(job, timeout=cfg.episode_timeout_s)
+            result.policy_failed_attempts = policy.failed_attempts
         except TimeoutError:
             bridge.cancel()
             raise EpisodeRejected(RejectReason.TIMEOUT,

@@ -308,11 +308,13 @@ class EpisodeResult:
     """The ids of the policy completions the episode received, in order: the turns it took, each one of its
     training rows. A completion whose client gave up (a timeout, a reset, a 5xx, a malformed body) was
     never received: it is none of them, even when the proxy recorded it."""
+    policy_failed_attempts: int = 0
+    """Policy requests that failed (then were asked again, `llm_retries`, or refused as past the context)."""
 
     def metrics(self) -> dict[str, float]:
         """Scalars for AReaL's stats tracker (one value per episode)."""
         counted = ("num_agent_turns", "num_tool_calls", "num_invalid_tool_calls", "agent_latency_s",
-                   "user_latency_s", "judge_latency_s", "wall_s", "eval_s")
+                   "user_latency_s", "judge_latency_s", "wall_s", "eval_s", "policy_failed_attempts")
         return {"tau2_reward": self.tau2_reward, "shaped_reward": self.reward,
                 **{name: float(getattr(self, name)) for name in counted},
                 **{f"termination/{t.value}": float(self.termination is t) for t in Termination}}
@@ -328,6 +330,8 @@ class EpisodeTurns:
 
     reward: float
     completion_ids: tuple[str, ...]
+    policy_failed_attempts: int = 0
+    """`EpisodeResult.policy_failed_attempts`."""
 
 
 def turn_rewards(turns: int, reward: float, discount: float) -> list[float]:

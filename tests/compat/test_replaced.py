@@ -155,6 +155,17 @@ def defined_in(node: ast.ClassDef, assigned_to_self: bool = True) -> set[str]:
         and isinstance(n.value, ast.Name) and n.value.id == "self"}
 
 
+def module_source(module: str) -> str:
+    """A module's source without importing it: from this venv, or (vLLM's own modules) the vLLM venv's."""
+    try:
+        return Path(importlib.util.find_spec(module).origin).read_text()
+    except ModuleNotFoundError:
+        from examples.tau2.cpu.smoke_config import vllm_python
+
+        [site] = Path(vllm_python()).parents[1].glob("lib/python3*/site-packages")
+        return site.joinpath(*module.split(".")).with_suffix(".py").read_text()
+
+
 @functools.cache
 def upstream_attributes(cls: str) -> dict[str, str]:
     """Attribute -> the upstream class in `cls`'s MRO that first defines it (`defined_in`). Without the
@@ -163,7 +174,7 @@ def upstream_attributes(cls: str) -> dict[str, str]:
         sources = [(f"{k.__module__}.{k.__qualname__}", textwrap.dedent(inspect.getsource(k)))
                    for k in resolve(cls).__mro__ if is_upstream(k.__module__)]
     except (ImportError, AttributeError):
-        sources = [(cls, Path(importlib.util.find_spec(cls.rsplit(".", 1)[0]).origin).read_text())]
+        sources = [(cls, module_source(cls.rsplit(".", 1)[0]))]
     found: dict[str, str] = {}
     for owner, source in sources:
         node = next(n for n in ast.walk(ast.parse(source))

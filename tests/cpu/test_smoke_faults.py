@@ -1,13 +1,16 @@
 """The CI-sized smoke run end to end on this machine (the local scheduler), with faults: the user simulator
-gone for a while, then the vLLM server dying under the trainer. It runs AReaL's whole loop; see TRAINING.md
-"When things fail" for what it measured. `kill -9` of the controller and the rerun that resumes, then
-passes every check of a smoke run, run through SLURM (tests/slurm/test_smoke_on_slurm.py); the local
-scheduler's reaper has its own test (tests/lifecycle/test_reaper.py).
+gone for a while, then the vLLM server dying under the trainer; then the same command again, which resumes
+and passes every check of a smoke run (asynchronous: the resumed run's proxies label its tokens with the
+recovered version, as the version check proves token by token). It runs AReaL's whole loop; see TRAINING.md
+"When things fail" for what it measured. `kill -9` of the controller and the rerun that resumes, through
+SLURM: tests/slurm/test_smoke_on_slurm.py; the local scheduler's reaper has its own test
+(tests/lifecycle/test_reaper.py).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -21,12 +24,15 @@ from pathlib import Path
 import psutil
 import pytest
 
+from examples.tau2.cpu.smoke import SUMMARY_FILE
 from examples.tau2.cpu.smoke_config import vllm_python
 from examples.tau2.cpu.tiny_model import default_cache_dir
 from tests.cpu.smoke_support import (
     REPO,
     RUN_TIMEOUT_S,
+    check_passing_run,
     cmdline,
+    format_result_for_log,
     free_port,
     kill_all,
     processes_of,
@@ -56,14 +62,17 @@ PROXIES_UP = re.compile(r"RolloutController INFO: Proxy workers: \[")  # AReaL's
 
 @pytest.mark.memory(gib=10)  # a whole smoke run (tests/conftest.py)
 @pytest.mark.slow
-@pytest.mark.timeout(RUN_TIMEOUT_S + 300)
-def test_user_simulator_outage_then_vllm_server_death(tmp_path):
+@pytest.mark.timeout(2 * RUN_TIMEOUT_S + 300)
+def test_user_simulator_outage_then_vllm_server_death_then_the_rerun_resumes_and_passes(tmp_path):
     """One run, two faults. (1) The user simulator is gone as step 1's episodes begin, until episodes that
     need it are rejected (`user_endpoint`, logged and counted): the step waits and completes once it is
     back. (2) The vLLM server (its whole process tree) is killed as the next step begins: the watchdog
     stops the run with a message naming the server, and nothing is left running. No evaluation rollout
     (no validation set). With a home and a temporary folder of its own, even stopped so, it leaves nothing
-    there (AReaL's trainer and stats logger, its workers, the vLLM server) but torch's compile cache."""
+    there (AReaL's trainer and stats logger, its workers, the vLLM server) but torch's compile cache.
+    (3) The same command again resumes after the saved step, trains the rest asynchronously and passes
+    every check; each step once, the resumed steps' tokens of the recovered version and after (AReaL 1.0.4's
+    proxies would label them 0: the version check fails on such a label)."""
     assert vllm_python()
     port = free_port()
     user = _start_user_simulator(port)
@@ -123,6 +132,19 @@ def test_user_simulator_outage_then_vllm_server_death(tmp_path):
         left |= {f"~/{p.relative_to(home)}" for p in home.rglob("*") if str(p.relative_to(home)).startswith(
             ".cache/swanlab/run-")}
         assert left == set(), sorted(left)[:20]
+
+        with log.open("a") as out:
+            rerun = subprocess.run(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
+                                   start_new_session=True, timeout=RUN_TIMEOUT_S,
+                                   env={**env, "HOME": str(home), "TMPDIR": str(temp)})
+        out = log.read_text()
+        assert rerun.returncode == 0 and "tau2 CPU smoke run: PASSED" in out, out[-6000:]
+        assert stats_steps(tmp_path) == [0, 1, 2]  # each step once
+        summary = json.loads(next(tmp_path.glob(f"logs/**/{SUMMARY_FILE}")).read_text())
+        print(format_result_for_log(summary))
+        check_passing_run(summary, tmp_path)
+        resumed = summary["training"]["steps"][step:]
+        assert resumed and all(min(map(int, s["versions"])) >= s["version"] - 1 for s in resumed), resumed
     finally:
         kill_all(run, tmp_path)  # first: a run still alive could write into its folder again
         shutil.rmtree(temp, ignore_errors=True)

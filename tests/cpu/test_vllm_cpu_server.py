@@ -85,9 +85,10 @@ print(json.dumps({"changed": sorted(k for k in before if before[k] != after[k]),
 
 @pytest.mark.memory(gib=4.5)  # a vLLM CPU server and the model (4.2 GiB measured)
 @pytest.mark.slow
-def test_disk_weight_update_reaches_the_running_server(tmp_path):
-    """Start AReaL's server through the launcher (two processes: it and vLLM's engine), update weights from
-    disk, compare with transformers."""
+def test_disk_weight_update_reaches_the_running_server_and_its_steps_are_paced(tmp_path):
+    """Start AReaL's server through the launcher (two processes: it and vLLM's engine), paced at 100 ms a
+    generation step (`smoke.serve_step_ms`), update weights from disk, compare with transformers; 12 tokens
+    take at least 12 steps' time."""
     import psutil
     import requests
     import torch
@@ -96,6 +97,7 @@ def test_disk_weight_update_reaches_the_running_server(tmp_path):
 
     from examples.tau2.cpu.tiny_model import TOKENIZER_FILES, TinyModelRecipe, ensure_tiny_model
     from examples.tau2.cpu.trainer import vllm_server_command
+    from examples.tau2.cpu.vllm_cpu_server import STEP_MS_ENV
 
     _vllm_python()
     base = ensure_tiny_model(TinyModelRecipe(), tmp_path / "cache")
@@ -116,6 +118,7 @@ def test_disk_weight_update_reaches_the_running_server(tmp_path):
                      worker_extension_cls="examples.tau2.cpu.vllm_cpu_worker.CpuReloadWorkerExtension")
     cmd = vllm_server_command(vLLMConfig.build_args(cfg, 1, 1, host="127.0.0.1", port=port))
     env = {k: v for k, v in os.environ.items() if k != "VLLM_CPU_KVCACHE_SPACE"}  # the launcher's 128 MiB
+    env[STEP_MS_ENV] = "100"
     log = (tmp_path / "server.log").open("w")
     server = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
                               start_new_session=True)
@@ -148,6 +151,11 @@ def test_disk_weight_update_reaches_the_running_server(tmp_path):
         vllm = [c.name() for c in psutil.Process(server.pid).children(recursive=True) if "VLLM" in c.name()]
         assert vllm == ["VLLM::EngineCore"], vllm  # the engine, running the model itself: no worker process
         before, _ = generate()
+        started = time.monotonic()
+        generate()
+        assert time.monotonic() - started >= 12 * 0.1  # one step a token (the prompt's: one more), paced
+        paced = "paced scheduler: each generation step takes at least 100 ms"
+        assert paced in (tmp_path / "server.log").read_text()
         r = requests.post(f"{url}/areal_update_weights", json={"model_path": str(changed)}, timeout=120)
         assert r.status_code == 200, r.text
         tokens, logprobs = generate()
@@ -168,7 +176,7 @@ def test_disk_weight_update_reaches_the_running_server(tmp_path):
 def test_vllm_is_asked_for_the_sampled_distributions_logprobs_and_a_kv_cache_sized_by_the_model(tmp_path):
     """The tiny model gets the 128 MiB floor; a Qwen3-0.6B-shaped one what a 4,096-token request needs
     (28 layers x 8 KV heads x 128 x 2 x 4 bytes = 229,376 a token); an unreadable model, vLLM's own."""
-    from examples.tau2.cpu.vllm_cpu_server import with_cpu_defaults
+    from examples.tau2.cpu.vllm_cpu_server import PACED_SCHEDULER, STEP_MS_ENV, with_cpu_defaults
 
     tiny, qwen = tmp_path / "tiny", tmp_path / "qwen"
     for path, shape in ((tiny, (64, 4, 2, 2, None)), (qwen, (1024, 16, 8, 28, 128))):
@@ -185,6 +193,11 @@ def test_vllm_is_asked_for_the_sampled_distributions_logprobs_and_a_kv_cache_siz
     for named in (["--kv-cache-memory-bytes", "1"], ["--kv-cache-memory-bytes=1"]):
         assert with_cpu_defaults([*argv, *named], {}) == [*argv, *named, *processed]
     assert with_cpu_defaults(argv, {"VLLM_CPU_KVCACHE_SPACE": "2"}) == [*argv, *processed]  # vLLM's own, GiB
+    paced = ["--scheduler-cls", PACED_SCHEDULER]
+    assert with_cpu_defaults(argv, {STEP_MS_ENV: "200"}) == [*argv, *paced, *processed, *cache]
+    assert with_cpu_defaults(argv, {STEP_MS_ENV: "0"}) == [*argv, *processed, *cache]  # 0: unpaced
+    assert with_cpu_defaults([*argv, "--scheduler-cls", "x.Y"], {STEP_MS_ENV: "200"})[:len(argv) + 2] == [
+        *argv, "--scheduler-cls", "x.Y"]  # a scheduler of the caller's own stays
     for model, length, dtype, size in ((qwen, ["--max-model-len", "4096"], "float32", 229_376 * 4096),
                                        (qwen, ["--max-model-len=4096"], "bfloat16", 114_688 * 4096),
                                        (qwen, [], "float32", 229_376 * 40960),  # the model's own context

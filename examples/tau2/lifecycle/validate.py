@@ -498,6 +498,7 @@ def survey(loaded: LoadedConfig) -> Survey:
         rows.append(("steps", f"{text}; the last step is saved"))
     batch, samples = config.train_dataset.batch_size, config.gconfig.n_samples
     rows += [("batch", f"{batch} tasks x {samples} samples = {batch * samples} episodes per step"),
+             ("asynchrony", describe_asynchrony(config)),
              ("group filter", "drop groups whose episodes all train on one reward"
               if econfig.drop_uniform_groups else "off (every group trains)"),
              ("validation", validation),
@@ -574,6 +575,26 @@ def _describe_proxy(config: Tau2PPOConfig) -> str:
     return (f"mode {agent.mode}, tool parser {agent.tool_call_parser}, reasoning parser "
             f"{agent.reasoning_parser}, export {agent.export_style}, turn_discount {agent.turn_discount}, "
             f"admin key {key}, prompts rendered as {rendering}'s server does (econfig.serving_engine)")
+
+
+def describe_asynchrony(config: Tau2PPOConfig) -> str:
+    """How far rollouts may run ahead of the trainer, in words (`training/rollout_controller.py`)."""
+    rollout, batch, samples = config.rollout, config.train_dataset.batch_size, config.gconfig.n_samples
+    ahead = rollout.max_head_offpolicyness
+    if ahead == 0:
+        return ("synchronous (rollout.max_head_offpolicyness 0): each step's episodes are played by the "
+                "weights it then trains, and no episode runs while the weights are swapped")
+    groups = min(rollout.max_concurrent_rollouts or batch, (ahead + 1) * batch)
+    bound = ("rollout.max_concurrent_rollouts" if groups == rollout.max_concurrent_rollouts
+             else f"the staleness limit, {ahead + 1} batches")
+    correction = ("the decoupled loss corrects for the older weights" if config.actor.use_decoupled_loss
+                  else "no off-policy correction (actor.use_decoupled_loss false)")
+    return (f"asynchronous: rollouts run up to {ahead} step(s) ahead of the trainer "
+            f"(rollout.max_head_offpolicyness {ahead}), at most {groups} groups ({groups * samples} "
+            f"episodes) at once (bound: {bound}); episodes go on while the trainer trains and the weights "
+            "are swapped under them, a completion the swap interrupts is finished by the new weights, and a "
+            f"group with a token older than {ahead} versions when its step trains is dropped "
+            f"(tau2/async/stale_groups_dropped); {correction}")
 
 
 def describe_validation(config: Tau2PPOConfig, per_epoch: int | None, valid_rows: int | None) -> str:

@@ -15,10 +15,15 @@ completions it received (`TurnTakingAgent`: `Tau2AgentWorkflow.run_turns`) train
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import logging
+import os
+import time
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import torch
@@ -43,6 +48,9 @@ logger = logging.getLogger("tau2_areal.groups")
 
 Rows = dict[str, Any]
 """{completion_id: interaction}, as the proxy exports a session."""
+ROWS_RECORD_ENV = "TAU2_RECORD_ROWS"
+"""A folder: each kept group's rows are appended to `rows-<pid>.jsonl` there (`record_group`), for the smoke
+run's checks (`cpu/async_checks.py`)."""
 
 
 @runtime_checkable
@@ -68,9 +76,43 @@ class StartedEpisode:
     session: AsyncExitStack  # closing it ends the proxy session
     reward: float | None  # the agent's raw reward; None: rejected
     rejection: EpisodeRejected | None = None
-    taken: tuple[str, ...] | None = None
-    """The completions the episode received, in order (a `TurnTakingAgent`'s); None: the agent does not say,
-    and every completion of the session is a row, as in AReaL."""
+    turns: EpisodeTurns | None = None
+    """What a `TurnTakingAgent` says of its episode: the completions it received, in order; None (another
+    agent, or a rejection): every completion of the session is a row, as in AReaL."""
+
+    @property
+    def taken(self) -> tuple[str, ...] | None:
+        return self.turns.completion_ids if self.turns is not None else None
+
+
+def row_digest(input_ids: Sequence[int]) -> str:
+    """A row's identity across processes: a digest of its token ids (prompt and output)."""
+    return hashlib.blake2b(json.dumps([int(t) for t in input_ids]).encode(), digest_size=12).hexdigest()
+
+
+def record_group(episodes: Sequence[tuple[StartedEpisode, Rows | None]], kept: bool) -> None:
+    """With `ROWS_RECORD_ENV` set, one line for a scored group (`kept`: handed on to train): per episode, why
+    it was rejected, the turns it took, its failed policy requests and its rows (completion id,
+    `row_digest`, the oldest and newest version of its generated tokens)."""
+    folder = os.environ.get(ROWS_RECORD_ENV)
+    if not folder:
+        return
+    described = []
+    for episode, rows in episodes:
+        turns = episode.turns
+        described.append({"rejected": episode.rejection.reason.value if episode.rejection else None,
+                          "taken": list(turns.completion_ids) if turns else [],
+                          "policy_failed_attempts": turns.policy_failed_attempts if turns else 0, "rows": []})
+        for cid, row in (rows or {}).items():
+            tensors = row.to_tensor_dict()
+            versions = tensors["versions"][0][tensors["loss_mask"][0].bool()]
+            described[-1]["rows"].append([cid, row_digest(tensors["input_ids"][0].tolist()),
+                                          int(versions.min()), int(versions.max())])
+    path = Path(folder) / f"rows-{os.getpid()}.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as f:
+        f.write(json.dumps({"group": workflow_context.get().task_id, "kept": kept, "time": time.time(),
+                            "episodes": described}) + "\n")
 
 
 @dataclass(frozen=True)
@@ -120,13 +162,13 @@ class DropRejectedProxyWorkflow(OpenAIProxyWorkflow):
                                   admin_api_key=self._admin_api_key)
         session = AsyncExitStack()
         await session.enter_async_context(proxy)
-        taken: tuple[str, ...] | None = None
+        turns: EpisodeTurns | None = None
         try:
             if isinstance(self.agent, TurnTakingAgent):  # inline mode, as AReaL's `_run_agent` calls `run`
                 client = await workflow_context.get_httpx_client()
                 turns = await self.agent.run_turns(data, base_url=self.proxy_addr,
                                                    api_key=proxy.session_api_key, http_client=client)
-                reward, taken = turns.reward, turns.completion_ids
+                reward = turns.reward
             else:
                 reward = await self._run_agent(proxy.session_api_key, data)
             if not isinstance(reward, float):
@@ -136,7 +178,7 @@ class DropRejectedProxyWorkflow(OpenAIProxyWorkflow):
         except BaseException:
             await session.aclose()
             raise
-        return StartedEpisode(proxy, session, reward, taken=taken)
+        return StartedEpisode(proxy, session, reward, turns=turns)
 
     async def finish_episode(self, episode: StartedEpisode, reward: float | None) -> Rows | None:
         """Phase 2: `reward` (None: none) to the last completion, then end and export the session.
@@ -171,7 +213,9 @@ class DropRejectedProxyWorkflow(OpenAIProxyWorkflow):
     async def arun_episode(self, engine: Any, data: dict[str, Any]) -> Rows | None:
         """A group of one: trained on its raw reward."""
         episode = await self.start_episode(data)
-        return await self.finish_episode(episode, episode.reward)
+        rows = await self.finish_episode(episode, episode.reward)
+        record_group([(episode, rows)], kept=bool(rows))
+        return rows
 
 
 class PartialGroupWorkflow(GroupedRolloutWorkflow):
@@ -201,12 +245,14 @@ class PartialGroupWorkflow(GroupedRolloutWorkflow):
         failure = next((end for end in ends if isinstance(end, BaseException)), None)
         if failure is not None:  # raised once every other session has ended
             raise failure
+        rows = [end if isinstance(end, dict) else None for end in ends]  # None: rejected, or dropped alone
+        merged = {k: row for end in rows if end for k, row in end.items()}
+        record_group(list(zip(episodes, rows, strict=True)), kept=outcome.dropped is None and bool(merged))
         if outcome.dropped is DropReason.TOO_FEW:
             logger.warning("group dropped: %d of %d episodes remain (fewer than %d)", outcome.kept,
                            self.group_size, MIN_GROUP_EPISODES)
         if outcome.dropped is not None:  # uniform groups are common (all failed): not worth a warning
             return None
-        merged = {k: row for end in ends if isinstance(end, dict) for k, row in end.items()}  # None: rejected
         return merged or None
 
     async def _discard(self, episodes: Sequence[StartedEpisode]) -> None:

@@ -6,12 +6,14 @@ dataloader.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from copy import deepcopy
+from pathlib import Path
 from typing import Any
 
 from areal import PPOTrainer
-from areal.api import RolloutWorkflow
+from areal.api import ModelRequest, ModelResponse, RolloutWorkflow
 from areal.api.cli_args import (
     InferenceEngineConfig,
     SchedulingStrategy,
@@ -27,7 +29,12 @@ from areal.utils.environ import is_single_controller
 from examples.tau2.compat import require_areal
 from examples.tau2.lifecycle import watchdog as wd
 from examples.tau2.settings import addons
-from examples.tau2.training.group_workflow import DropRejectedProxyWorkflow, PartialGroupWorkflow
+from examples.tau2.training.group_workflow import (
+    ROWS_RECORD_ENV,
+    DropRejectedProxyWorkflow,
+    PartialGroupWorkflow,
+)
+from examples.tau2.training.rollout_controller import Tau2RolloutController
 from examples.tau2.training.served_prompt import (
     PARITY_RECORD_ENV,
     SERVING_ENGINE_ENV,
@@ -40,7 +47,9 @@ logger = logging.getLogger("tau2_areal.trainer")
 
 class Tau2PPOTrainer(PPOTrainer):
     """AReaL's `PPOTrainer` for τ² episodes (see the module). `parity_record_dir`: the proxies record every
-    prompt they render there (the smoke run compares them with the server's own rendering)."""
+    prompt they render there (the smoke run compares them with the server's own rendering). `record_dir`:
+    the run keeps there what the smoke run's asynchronous checks read (`cpu/async_checks.py`): each
+    version's weights (`weights/v<N>`) and each kept group's rows (`rows/`)."""
 
     server_dead_after_s: float = 15.0
     """Refused connections for this long make an inference server dead: a refusal means nothing listens on
@@ -48,11 +57,13 @@ class Tau2PPOTrainer(PPOTrainer):
     restarts a server; four refused polls in a row rule out a probe's own hiccup."""
     job_poll_s: float = 5.0
     """How often a SLURM run checks that every job of its workers still runs."""
+    record_dir: str = ""
 
     def __init__(self, config: Any, train_dataset: Any = None, valid_dataset: Any = None, *,
-                 parity_record_dir: str = ""):
+                 parity_record_dir: str = "", record_dir: str = ""):
         require_areal("Tau2PPOTrainer (examples/tau2/training/trainer.py)")
         self.parity_record_dir = parity_record_dir  # read by _init_rollout, inside AReaL's __init__
+        self.record_dir = record_dir
         self._deferred_recover_save: tuple[int, int, int] | None = None
         super().__init__(config, train_dataset=train_dataset, valid_dataset=valid_dataset)
         from examples.tau2.lifecycle.reaper import discard_swanlab_run
@@ -105,6 +116,8 @@ class Tau2PPOTrainer(PPOTrainer):
                                                        self.rollout_alloc.backend)}
         if self.parity_record_dir:
             env[PARITY_RECORD_ENV] = self.parity_record_dir
+        if self.record_dir and not is_eval:
+            env[ROWS_RECORD_ENV] = str(Path(self.record_dir) / "rows")
         for spec in config.scheduling_spec:
             spec.env_vars = {**(spec.env_vars or {}), **env}
         if is_eval:  # as AReaL: no off-policyness bound, colocated with the rollout servers
@@ -125,6 +138,8 @@ class Tau2PPOTrainer(PPOTrainer):
             server_args = vLLMConfig.build_args(vllm_config=self.config.vllm, tp_size=parallel.tp_size,
                                                 pp_size=parallel.pp_size)
         controller = self.rollout_engine_class().as_controller(config, self.scheduler)
+        if self.record_dir and not is_eval:
+            controller.keep_weights_dir = str(Path(self.record_dir) / "weights")
         evaluation = dict(role="eval-rollout", server_infos=self.rollout.server_infos) if is_eval else {}
         controller.initialize(**{"role": "rollout", "server_args": server_args, **evaluation})
         return controller
@@ -218,13 +233,39 @@ class Tau2PPOTrainer(PPOTrainer):
         return total if config.total_train_steps is None else min(total, config.total_train_steps)
 
 
+class EmptyReply(ModelResponse):
+    """A completion of nothing but stop tokens (the policy ended its turn at once), whose text is empty.
+    AReaL 1.0.4's proxy decodes `output_tokens_without_stop`, which raises on it ("All output_tokens are EOS
+    or PAD tokens"), and answers 500: the client retries, and the policy's empty reply is resampled away
+    instead of scored (and never trained). Here it reaches the agent as the empty reply it is."""
+
+    @property
+    def output_tokens_without_stop(self) -> list[int]:
+        return []
+
+    @classmethod
+    def of(cls, response: ModelResponse) -> ModelResponse:
+        """`response` as an `EmptyReply` when it is one (stopped, every token a stop token), else itself."""
+        tokenizer = response.tokenizer
+        if tokenizer is None or response.stop_reason in ("length", "abort") or not response.output_tokens:
+            return response
+        stops = {tokenizer.eos_token_id, tokenizer.pad_token_id} - {None}
+        if not set(response.output_tokens) <= stops:
+            return response
+        return cls(**{f.name: getattr(response, f.name) for f in dataclasses.fields(response)})
+
+
 class Tau2InfEngine(RemoteInfEngine):
     """AReaL's `RemoteInfEngine` whose inline agent workflows are `DropRejectedProxyWorkflow`s, grouped by
-    `PartialGroupWorkflow`; other workflows resolve as in AReaL."""
+    `PartialGroupWorkflow`, and whose empty replies are `EmptyReply`s; other workflows resolve as in
+    AReaL."""
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.logger = logger  # AReaL sets its own in `initialize`
+
+    async def agenerate(self, req: ModelRequest) -> ModelResponse:
+        return EmptyReply.of(await super().agenerate(req))
 
     def _wrap_openai_agent(self, agent: Any, proxy_addr: str) -> RolloutWorkflow:
         cfg = self.config.agent
@@ -260,6 +301,11 @@ class Tau2RolloutEngine:
     def rollout_backend(self, default: Any) -> Any:
         """The server backend (AReaL's SGLang or vLLM backend by default)."""
         return default
+
+    @classmethod
+    def as_controller(cls, config: InferenceEngineConfig, scheduler: Any) -> Tau2RolloutController:
+        """`Tau2RolloutController` (`Tau2PPOTrainer._init_rollout` refuses AReaL's v2 controller)."""
+        return Tau2RolloutController(cls, config=config, scheduler=scheduler)
 
 
 class Tau2SGLangEngine(Tau2RolloutEngine, RemoteSGLangEngine):
