@@ -339,9 +339,10 @@ def table(results: list[SeedResult], trials: int) -> str:
     for r in results:
         if r.asynchrony:
             n = r.asynchrony
-            lines.append(f"- seed {r.seed}, asynchrony: {n['episodes_across_swaps']} episodes across a weight "
-                         f"swap, {n['interrupted']} completions interrupted and resumed, "
-                         f"{n['mixed_batches']} batches of two versions, staleness at most {n['staleness_max']}")
+            lines.append(f"- seed {r.seed}, asynchrony: {n['episodes_across_swaps']} episodes across a "
+                         f"weight swap, {n['interrupted']} completions interrupted and resumed, "
+                         f"{n['mixed_batches']} batches of two versions, "
+                         f"staleness at most {n['staleness_max']}")
     for r in results:
         b, a = r.before.unflagged_success_rate, r.after.unflagged_success_rate
         if r.after.unflagged_tasks < r.after.tasks and b is not None and a is not None:
