@@ -1,8 +1,9 @@
 """tau2-bench RL with AReaL 1.0.4: the episode workflow, the training entry, evaluation.
 
-Layout: the example's core is the `tau2_*` modules here; `cpu/` is the embedded CPU runtime (tiny
-policy, scripted endpoint, smoke run); `compat/` holds every piece that mirrors a particular
-release of tau2, AReaL or vLLM.
+Layout: the core (what every run needs) is the `tau2_*` modules here and the `episode/`, `training/`,
+`settings/`, `lifecycle/`, `runtime/` and `compat/` folders; the add-ons above it are `cpu/` (the embedded
+CPU runtime: tiny policy, scripted endpoint, smoke run), `eval/`, `slurm/`, `curriculum/`, `releases/`
+and `sft/` (the README's "Layout").
 
 Importing the package changes one thing, and only when the user has not set it: litellm, which
 tau2 imports, fetches a remote model-cost map at import and retries for ~10 s without network, so
