@@ -1,9 +1,9 @@
 """The figures the results pages and the README show are the ones their raw sources hold.
 
 Each measurement that a command writes as JSON (the learning run's `learn.json`, the group-fault
-benchmark's `group_faults.json`) is rendered again here with the command's own table code, and every
-line of that rendering must appear in the pages that show it: a figure edited by hand, or a rerun whose
-JSON was committed without its tables, fails here.
+benchmark's `group_faults.json`, the sync-against-async benchmark's `async_learn.json`) is rendered again
+here with the command's own table code, and every line of that rendering must appear in the pages that show
+it: a figure edited by hand, or a rerun whose JSON was committed without its tables, fails here.
 """
 
 from __future__ import annotations
@@ -74,15 +74,27 @@ def test_the_readme_quotes_the_learning_gains_of_learn_json():
 
 
 def test_the_group_fault_table_is_the_rendering_of_group_faults_json(monkeypatch):
-    path = ROOT / "bench" / "bench_group_faults.py"
-    spec = importlib.util.spec_from_file_location("bench_group_faults", path)
-    bench = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, bench)  # its dataclass resolves annotations there
-    spec.loader.exec_module(bench)
+    bench = load_bench("bench_group_faults", monkeypatch)
     cells = [bench.Cell(**c) for c in json.loads((ROOT / "bench" / "group_faults.json").read_text())]
     groups = cells[0].episodes // 8
     results = (ROOT / "bench" / "RESULTS.md").read_text()
     assert bench.table(cells, groups) in results
+
+
+def load_bench(name: str, monkeypatch):
+    path = ROOT / "bench" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    bench = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, bench)  # its dataclass resolves annotations there
+    spec.loader.exec_module(bench)
+    return bench
+
+
+def test_the_sync_against_async_table_is_the_rendering_of_async_learn_json(monkeypatch):
+    bench = load_bench("bench_async_learn", monkeypatch)
+    runs = [bench.Run(**r) for r in json.loads((ROOT / "bench" / "async_learn.json").read_text())]
+    assert {r.mode for r in runs} == {"sync", "async"}, "the benchmark is the two modes side by side"
+    assert bench.table(runs) in (ROOT / "bench" / "RESULTS.md").read_text()
 
 
 def test_every_section_of_bench_results_that_is_named_exists():
