@@ -141,6 +141,7 @@ def batch_of(rows: list[Row], seed: int = 0) -> list[dict[str, torch.Tensor]]:
         batch.append(dict(
             input_ids=torch.tensor([row.input_ids]), attention_mask=torch.ones(1, n, dtype=torch.bool),
             loss_mask=loss_mask, logprobs=logprobs, prox_logp=logprobs.clone(),
+            versions=torch.where(loss_mask.bool(), 0, -1),  # version 0 made the generated tokens
             advantages=torch.randn(1, n, generator=g) * loss_mask,
             kl_rewards=torch.zeros(1, n), tot_rewards=torch.zeros(1, n),
             rewards=torch.tensor([float(len(batch) % 2)]),

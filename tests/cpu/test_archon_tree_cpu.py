@@ -159,6 +159,6 @@ def test_recorded_batches_give_back_the_rows(tiny_model, tmp_path, monkeypatch):
             actor.compute_logp(batch_of(rows))
         finally:
             actor.destroy()
-    recorded = rows_from_batch_file(tmp_path / "batches" / "batch-1.pt")
+    recorded = rows_from_batch_file(tmp_path / "batches" / "batch-00000.pt")  # the actor's version 0
     # batch_of's loss mask covers the positions before the generated tokens (as after compute_advantages)
     assert recorded == rows
