@@ -36,6 +36,7 @@ from typing import Any
 import torch
 
 from examples.tau2.training.group_workflow import row_digest
+from examples.tau2.training.rollout_controller import GroupVersions
 
 BATCHES, ROWS, WEIGHTS = "batches", "rows", "weights"
 
@@ -189,15 +190,15 @@ def step_facts(batch: dict[str, Any]) -> StepFacts:
     generated = batch["loss_mask"].bool()
     labels = batch["versions"]
     seen = labels[generated]
-    per_row = [set(labels[i][generated[i]].tolist()) for i in range(labels.shape[0])]
+    group = GroupVersions.of(labels, batch["loss_mask"])  # the batch's rows, as the controller reads a group
     on = generated.clone()
     on[:, 0] = False
     on &= labels == batch["version"]
     # prox_logp[:, p - 1] is the trainer's logprob of the token at p (AReaL's shifted layout)
     gaps = (batch["prox_logp"][:, :-1] - batch["logprobs"][:, 1:])[on[:, 1:]].double()
-    return StepFacts(version=int(batch["version"]), rows=int(labels.shape[0]),
+    return StepFacts(version=int(batch["version"]), rows=group.rows,
                      versions={int(v): int((seen == v).sum()) for v in seen.unique()},
-                     rows_of_two_versions=sum(len(v) > 1 for v in per_row), on_policy_tokens=int(on.sum()),
+                     rows_of_two_versions=group.rows_of_two_versions, on_policy_tokens=int(on.sum()),
                      trainer_max_gap=float(gaps.abs().max()) if gaps.numel() else math.nan)
 
 
@@ -280,23 +281,11 @@ def check_run(folder: Path, initial_model: Path, *, max_head_offpolicyness: int,
     return report
 
 
-def format_report(r: AsyncReport, tolerance: float, table: bool = True) -> list[str]:
-    """The report in lines: the mode, a table per step (unless `table` is False: the smoke run prints its
-    own), and one line per check."""
+def format_report(r: AsyncReport, tolerance: float) -> list[str]:
+    """The report in lines: the mode, then one line per check (the smoke run prints the per-step table)."""
     mode = (f"asynchronous (rollout.max_head_offpolicyness {r.max_head_offpolicyness})" if r.asynchronous
             else "synchronous (rollout.max_head_offpolicyness 0)")
     lines = [f"training: {mode}"]
-    if table:
-        lines.append(f"{'step':>4} {'version':>7} {'rows':>5} {'tokens by version':>24} {'resumed':>8} "
-                     f"{'trainer |gap|':>14}")
-        for s in r.steps:
-            by_version = ", ".join(f"v{v}: {n}" for v, n in sorted(s.versions.items()))
-            gap = f"{s.trainer_max_gap:.1e}" if s.on_policy_tokens else "-"
-            lines.append(f"{s.version + 1:>4} {s.version:>7} {s.rows:>5} {by_version:>24} "
-                         f"{s.rows_of_two_versions:>8} {gap:>14}")
-        lines.append("resumed: rows whose completion a weight swap interrupted (tokens of two versions); "
-                     "trainer |gap|: max |trainer - rollout logprob| on the tokens of the batch's own "
-                     "version")
     for v in r.versions:
         power = (f"; under version >{v.version}'s weights {v.later_fail} of {v.later_tokens} would fail"
                  if v.later_tokens else "")

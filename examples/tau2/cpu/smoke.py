@@ -258,7 +258,7 @@ def format_result(r: SmokeResult, tol: float) -> str:
                  f"rollout logprob| on the tokens of the step's own version, within log(1 + {tol})")
     lines.append("parity: policy prompts whose token ids equal the vLLM server's own rendering of the same "
                  "request (POST /tokenize) / prompts compared")
-    lines += format_report(r.training, tol, table=False)
+    lines += format_report(r.training, tol)
     lines.append(f"weights: {r.weights_changed}/{r.weights_total} tensors changed, "
                  f"relative change {r.weight_rel_change:.2e}")
     if r.advantage_max_abs and not any(a != 0.0 for a in r.advantage_max_abs):

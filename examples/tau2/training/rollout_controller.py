@@ -112,7 +112,8 @@ class Tau2RolloutController(RolloutController):
             shutil.rmtree(kept, ignore_errors=True)  # a resumed run's: the same version's weights again
             kept.parent.mkdir(parents=True, exist_ok=True)
             shutil.move(meta.path, kept)
-        shutil.rmtree(meta.path, ignore_errors=True)
+        else:
+            shutil.rmtree(meta.path, ignore_errors=True)
 
     def prepare_batch(self, dataloader: Any, workflow: Any, workflow_kwargs: dict[str, Any] | None = None,
                       should_accept_fn: str | None = None, group_size: int = 1,
