@@ -1,23 +1,27 @@
-"""Throughput, CPU cost and event-loop lag of Tau2AgentWorkflow with many episodes in flight.
+"""Episodes in flight: how close `Tau2AgentWorkflow` comes to the limit at 32, 256 and 1,024 at once.
 
-A scripted OpenAI-compatible endpoint runs in a separate process and answers every request after a fixed
-latency (policy and user simulator), so the numbers measure this process only: the tau2 orchestrator
-threads, the HTTP clients and the evaluator. The same batch of concurrent episodes runs once per size of
-the orchestrator thread pool (`max_concurrent_episodes`), side by side; asyncio's default executor size on
-this machine, min(32, cpus + 4), is what `asyncio.to_thread` would give.
+A scripted OpenAI-compatible endpoint runs in its own process and answers every policy and user-simulator
+request after a fixed latency (1.5 s: about one turn of a loaded GPU server), so the figures are this
+process's: tau2's orchestrator, the HTTP clients and the evaluator. `max_concurrent_episodes` is set to
+the width, so every episode starts at once.
 
-    .venv/bin/python bench/bench_workflow.py --episodes 256 --latency-ms 200 --pools 6,16,64,256
+The ideal: a batch started at once ends no sooner than its longest episode run alone, nor sooner than its
+CPU over the cores (each task once at a low width gives both). Every reward must equal the task's reward
+at the low width. Lag: how late a 10 ms sleep on the workflow's event loop wakes up.
+
+    .venv/bin/python bench/bench_workflow.py --widths 32,256,1024 --latency-ms 1500
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import resource
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from examples.tau2.cpu.scripted_endpoint import EndpointProcess
 from examples.tau2.episode import domain as tau2_domain
@@ -25,32 +29,31 @@ from examples.tau2.tau2_agent import Tau2AgentWorkflow
 
 
 @dataclass
-class Run:
-    pool: int
-    episodes: int
+class Batch:
+    width: int
     wall_s: float
     cpu_s: float
-    mean_reward: float
-    lag_p50_ms: float
+    longest_s: float
+    rewards: dict[str, float]
+    """Reward per task id (every task's episodes must agree)."""
     lag_p99_ms: float
     lag_max_ms: float
 
     @property
-    def eps_per_s(self) -> float:
-        return self.episodes / self.wall_s
+    def cpu_per_episode(self) -> float:
+        return self.cpu_s / self.width
 
 
 async def _lag_monitor(samples: list[float], stop: asyncio.Event, period: float = 0.01) -> None:
-    """How late the event loop wakes up from a 10 ms sleep: what every other coroutine suffers too."""
     while not stop.is_set():
         t0 = time.perf_counter()
         await asyncio.sleep(period)
         samples.append(time.perf_counter() - t0 - period)
 
 
-async def run_batch(url: str, rows: list[dict], latency_ms: int, pool: int) -> Run:
+async def run_batch(url: str, rows: list[dict], latency_ms: int) -> Batch:
     wf = Tau2AgentWorkflow(user_base_url=url, user_model=f"user@{latency_ms}",
-                           agent_model=f"oracle@{latency_ms}", max_concurrent_episodes=pool,
+                           agent_model=f"oracle@{latency_ms}", max_concurrent_episodes=len(rows),
                            episode_timeout_s=3600)
     lags: list[float] = []
     stop = asyncio.Event()
@@ -61,9 +64,14 @@ async def run_batch(url: str, rows: list[dict], latency_ms: int, pool: int) -> R
     stop.set()
     await monitor
     await wf.aclose()
-    q = statistics.quantiles([x * 1000 for x in lags], n=100)
-    return Run(pool, len(rows), wall, cpu, statistics.mean(r.reward for r in results),
-               q[49], q[98], max(lags) * 1000)
+    rewards: dict[str, set[float]] = {}
+    for r in results:
+        rewards.setdefault(r.task_id, set()).add(r.reward)
+    if any(len(v) > 1 for v in rewards.values()):
+        raise SystemExit(f"rewards differ between episodes of one task: {rewards}")
+    q = statistics.quantiles([x * 1000 for x in lags], n=100) if len(lags) > 1 else [0.0] * 99
+    return Batch(len(rows), wall, cpu, max(r.wall_s for r in results),
+                 {k: v.pop() for k, v in rewards.items()}, q[98], max(lags, default=0.0) * 1000)
 
 
 def rows_for(domain: str, n: int) -> list[dict]:
@@ -72,41 +80,39 @@ def rows_for(domain: str, n: int) -> list[dict]:
 
 
 async def main_async(args: argparse.Namespace) -> None:
-    pools = [int(p) for p in args.pools.split(",")]
+    widths = [int(w) for w in args.widths.split(",")]
+    cores = os.cpu_count() or 1
+    report: dict[str, dict] = {}
     with EndpointProcess() as endpoint:
-        url = endpoint.url
-        rows = rows_for(args.domain, args.episodes)
-        await run_batch(url, rows[:8], 0, 8)  # warm-up: imports, task caches, first env builds
-        runs = [await run_batch(url, rows, args.latency_ms, pool) for pool in pools]
-        per_domain = [(d, await run_batch(url, rows_for(d, args.per_domain), 0, args.per_domain))
-                      for d in ("airline", "retail", "telecom")]
-
-    print(f"\n{args.episodes} concurrent {args.domain} episodes, scripted policy and user at "
-          f"{args.latency_ms} ms per call ({os.cpu_count()} CPUs); threads = max_concurrent_episodes")
-    print(f"{'threads':>8}{'eps/s':>8}{'CPU s/ep':>10}{'reward':>8}{'lag p50':>9}{'lag p99':>9}"
-          f"{'lag max':>9}  (ms)")
-    for r in runs:
-        print(f"{r.pool:>8}{r.eps_per_s:>8.2f}{r.cpu_s / r.episodes:>10.3f}{r.mean_reward:>8.2f}"
-              f"{r.lag_p50_ms:>9.1f}{r.lag_p99_ms:>9.1f}{r.lag_max_ms:>9.1f}")
-    first = runs[0]
-    for r in runs[1:]:
-        print(f"{r.pool} vs {first.pool} threads: throughput {r.eps_per_s / first.eps_per_s:.2f}x, "
-              f"CPU per episode {r.cpu_s / first.cpu_s:.2f}x, lag p99 {r.lag_p99_ms / first.lag_p99_ms:.1f}x")
-    print(f"\nCPU seconds per episode outside the LLM, {args.per_domain} concurrent episodes per domain, "
-          "no added latency:")
-    for domain, r in per_domain:
-        print(f"  {domain:<8} {r.cpu_s / r.episodes:.3f} s/episode  ({r.eps_per_s:.2f} eps/s, "
-              f"mean reward {r.mean_reward:.2f})")
+        for domain in args.domains.split(","):
+            await run_batch(endpoint.url, rows_for(domain, 8), 0)  # warm-up: imports, task caches
+            tasks = len(tau2_domain.task_ids(domain, "test"))
+            alone = await run_batch(endpoint.url, rows_for(domain, tasks), args.latency_ms)
+            batches = [await run_batch(endpoint.url, rows_for(domain, w), args.latency_ms) for w in widths]
+            report[domain] = {"alone": asdict(alone), "batches": [asdict(b) for b in batches]}
+            print(f"\n{domain}: {tasks} test tasks once each: longest episode {alone.longest_s:.1f} s, "
+                  f"{alone.cpu_per_episode:.3f} CPU s an episode; {args.latency_ms} ms a call, {cores} cores")
+            print("| in flight | wall s | ideal s | of ideal | CPU s/episode | vs lowest width | lag p99 ms "
+                  "| lag max ms | rewards equal |")
+            print("|---|---|---|---|---|---|---|---|---|")
+            for b in batches:
+                ideal = max(alone.longest_s, b.width * alone.cpu_per_episode / cores)
+                same = all(b.rewards[t] == alone.rewards[t] for t in b.rewards)
+                print(f"| {b.width:,} | {b.wall_s:.1f} | {ideal:.1f} | {ideal / b.wall_s:.0%} | "
+                      f"{b.cpu_per_episode:.3f} | {b.cpu_per_episode / batches[0].cpu_per_episode:.2f}x | "
+                      f"{b.lag_p99_ms:.0f} | {b.lag_max_ms:.0f} | {'yes' if same else 'NO'} |")
     print(f"peak RSS of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    parser.add_argument("--episodes", type=int, default=256)
-    parser.add_argument("--latency-ms", type=int, default=200)
-    parser.add_argument("--pools", default="6,16,64,256", help="thread-pool sizes to compare")
-    parser.add_argument("--domain", default="telecom", choices=["airline", "retail", "telecom"])
-    parser.add_argument("--per-domain", type=int, default=20)
+    parser.add_argument("--widths", default="32,256,1024", help="episodes in flight, one batch each")
+    parser.add_argument("--latency-ms", type=int, default=1500)
+    parser.add_argument("--domains", default="airline,retail,telecom")
+    parser.add_argument("--json", default="", help="also write the figures here")
     asyncio.run(main_async(parser.parse_args()))
 
 

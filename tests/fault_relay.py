@@ -100,7 +100,7 @@ class SdkRetryAgent:
         return (await self.run_turns(data, **kwargs)).reward
 
     async def run_turns(self, data: dict[str, Any], *, base_url: str, api_key: str,
-                        http_client: httpx.AsyncClient) -> EpisodeTurns:
+                        http_client: httpx.AsyncClient | None = None) -> EpisodeTurns:
         client = AsyncOpenAI(base_url=base_url, api_key=api_key, http_client=http_client, max_retries=2)
         messages: list[dict[str, Any]] = [{"role": "user", "content": "Hello."}]
         ids = []

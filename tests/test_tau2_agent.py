@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import threading
 import time
@@ -452,26 +453,23 @@ def test_a_failed_dump_write_is_logged_and_counted_and_keeps_the_episode(endpoin
     assert ok.dump_error == "" and Path(ok.dump_path).is_file()
 
 
-def test_concurrency_pool_size_is_configurable(endpoint, monkeypatch):
-    """Six episodes submitted at once with max_concurrent_episodes=3: at most three run at a time, each
-    in one of the episode pool's threads."""
+def test_max_concurrent_episodes_bounds_episodes_in_flight_on_the_loops_thread(endpoint, monkeypatch):
+    """Six episodes submitted at once with max_concurrent_episodes=3: at most three run at a time, all on
+    the event loop's own thread (each in its greenlet), and none of the six is lost."""
     running, peak, threads = 0, 0, set()
-    lock = threading.Lock()
-    real = tau2_agent._episode_in_thread
+    real = tau2_agent._run_episode_body
 
     def counted(*args):
         nonlocal running, peak
-        with lock:
-            running += 1
-            peak = max(peak, running)
-            threads.add(threading.current_thread().name)
+        running += 1
+        peak = max(peak, running)
+        threads.add(threading.get_ident())
         try:
             return real(*args)
         finally:
-            with lock:
-                running -= 1
+            running -= 1
 
-    monkeypatch.setattr(tau2_agent, "_episode_in_thread", counted)
+    monkeypatch.setattr(tau2_agent, "_run_episode_body", counted)
     wf = make_workflow(endpoint, "oracle@50", max_concurrent_episodes=3)
 
     async def go():
@@ -483,8 +481,8 @@ def test_concurrency_pool_size_is_configurable(endpoint, monkeypatch):
             await wf.aclose()
 
     assert [r.reward for r in asyncio.run(go())] == [1.0] * 6
-    assert peak == 3  # six episodes of several 50 ms turns each: the three threads are all busy at once
-    assert len(threads) <= 3 and all(t.startswith("tau2-episode") for t in threads)
+    assert peak == 3  # six episodes of several 50 ms turns each: the three slots are all busy at once
+    assert threads == {threading.get_ident()}
 
 
 def test_each_event_loop_gets_its_own_client_and_a_closed_loops_client_is_dropped(endpoint):
@@ -545,8 +543,8 @@ def test_evaluator_error_from_domain_state_is_scored_zero_with_reason(endpoint):
     assert ok.reward == 1.0 and ok.note == ""
 
 
-def test_waiting_for_a_thread_does_not_count_against_the_episode_budget(endpoint):
-    # One thread, four episodes of ~4 s (mostly the endpoint's 400 ms per reply, so a busy machine adds
+def test_waiting_for_a_slot_does_not_count_against_the_episode_budget(endpoint):
+    # One slot, four episodes of ~4 s (mostly the endpoint's 400 ms per reply, so a busy machine adds
     # little): the last finishes ~16 s after submission, each well within its own 12 s.
     wf = make_workflow(endpoint, "oracle@400", user_model="user@400", max_concurrent_episodes=1,
                        episode_timeout_s=12.0)
@@ -664,3 +662,66 @@ def test_every_way_an_episode_ends_leaves_its_siblings_alone(endpoint, closed_po
         assert score_group([*siblings, None], wf.group_rules()).rewards == (0.0, 0.0, 0.0, None)
     if way == "policy_seed":
         assert "policy_seed is set" in str(victim)
+
+
+def test_the_episode_bridge_runs_a_body_to_its_end_awaiting_its_calls_on_the_loop():
+    """`drive` runs a synchronous body in a greenlet; each `call` inside it is awaited on the loop (here
+    two bodies interleave on one thread), an awaited error is raised inside the body, and the body sees
+    the task's context variables."""
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("var", default="unset")
+    order: list[str] = []
+
+    async def later(name: str, delay: float) -> str:
+        await asyncio.sleep(delay)
+        order.append(name)
+        return name.upper()
+
+    async def failing() -> None:
+        raise KeyError("from the loop")
+
+    def body(bridge: tau2_agent._EpisodeBridge, name: str, delay: float) -> tuple[str, str, str]:
+        first = bridge.call(later(name, delay))
+        try:
+            bridge.call(failing())
+        except KeyError as e:
+            caught = str(e)
+        return first, caught, var.get()
+
+    async def go():
+        var.set("the task's")
+        a, b = tau2_agent._EpisodeBridge(), tau2_agent._EpisodeBridge()
+        return await asyncio.gather(a.drive(body, a, "slow", 0.2), b.drive(body, b, "fast", 0.01))
+
+    assert asyncio.run(go()) == [("SLOW", "'from the loop'", "the task's"),
+                                 ("FAST", "'from the loop'", "the task's")]
+    assert order == ["fast", "slow"]
+    with pytest.raises(RuntimeError, match="only inside its episode's greenlet"):
+        tau2_agent._EpisodeBridge().call(later("x", 0))
+
+
+@pytest.mark.parametrize("swallows_first", [False, True])
+def test_a_cancelled_episode_unwinds_its_body_even_one_that_swallows_the_first_cancel(swallows_first):
+    """A cancel (the episode's timeout) throws into the body, whose cleanup runs; a body that catches the
+    first throw (as code that catches every Exception would) cannot go on calling out: its next call
+    raises at once, so the greenlet ends and nothing of it is left behind."""
+    cleaned: list[str] = []
+
+    def body(bridge: tau2_agent._EpisodeBridge) -> None:
+        try:
+            try:
+                bridge.call(asyncio.sleep(3600))
+            except Exception:
+                if not swallows_first:
+                    raise
+            bridge.call(asyncio.sleep(3600))
+        finally:
+            cleaned.append("cleaned")
+
+    async def go() -> tau2_agent._EpisodeBridge:
+        bridge = tau2_agent._EpisodeBridge()
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(bridge.drive(body, bridge), timeout=0.1)
+        return bridge
+
+    bridge = asyncio.run(go())
+    assert cleaned == ["cleaned"] and bridge._greenlet is not None and bridge._greenlet.dead

@@ -43,6 +43,9 @@ def test_dry_run_default_config(capsys, tmp_path, endpoint):
         "nothing or half the job), 20 validation rows (5 regraded)",
         "  steps           1 per epoch x 50 epochs = 50; the last step is saved",
         "  batch           8 tasks x 8 samples = 64 episodes per step",
+        "  width           128 episodes in flight at most (16 groups x 8; bound: "
+        "rollout.max_concurrent_rollouts), 32 per inference server and its rollout worker, of the worker's "
+        "econfig.max_concurrent_episodes 256 slots",
         "  group filter    drop groups whose episodes all train on one reward",
         "  validation      after every 5 epoch(s) = every 5 steps: 20 tasks x 1 sample(s)",
         "no problems found",
@@ -50,6 +53,19 @@ def test_dry_run_default_config(capsys, tmp_path, endpoint):
     for line in expected:
         assert line in lines, (line, out)
     assert not (tmp_path / "fileroot").exists()  # a dry run starts and creates nothing
+
+
+def test_a_width_no_rollout_worker_can_serve_is_refused_and_the_bound_is_named(capsys, tmp_path, endpoint):
+    """40 groups asked for, 24 allowed by the staleness limit (3 batches of 8), over 4 servers: 6 groups of 8
+    per worker, more than 32 slots."""
+    rc, out = dry_run(capsys, *clean_overrides(tmp_path, endpoint.url), "rollout.max_concurrent_rollouts=40",
+                      "econfig.max_concurrent_episodes=32")
+    assert rc != 0
+    assert ("  width           192 episodes in flight at most (24 groups x 8; bound: the staleness limit, 3 "
+            "batches), 48 per inference server and its rollout worker, of the worker's "
+            "econfig.max_concurrent_episodes 32 slots") in out.splitlines(), out
+    assert ("a rollout worker gets up to 48 episodes at once (6 groups of 8), more than its "
+            "econfig.max_concurrent_episodes=32 slots") in out, out
 
 
 def test_dry_run_states_validation_in_steps(capsys, tmp_path, endpoint):

@@ -1,18 +1,20 @@
 """`Tau2AgentWorkflow`: one tau2-bench episode as an AReaL 1.0.4 agent workflow.
 
-tau2's own `Orchestrator` runs the episode unchanged in a worker thread (tau2 has no async API); only the
-LLM calls are replaced, handed to the event loop (`_LoopBridge`) and sent through AReaL's `http_client`
-(its proxy records the policy's tokens) or our own. Infrastructure failures raise `EpisodeRejected`."""
+tau2's own `Orchestrator` runs the episode unchanged, in a greenlet on the event loop's thread (tau2 has
+no async API); only the LLM calls are replaced: each suspends the episode's greenlet while the loop awaits
+the request (`_EpisodeBridge`), sent to AReaL's proxy (which records the policy's tokens) or to the user
+simulator's and judge's endpoints by the workflow's own aiohttp-backed client. No threads: hundreds of
+episodes in flight cost about what one does in CPU (bench/RESULTS.md "Episodes in flight"). Infrastructure
+failures raise `EpisodeRejected`."""
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
+import contextlib
+import contextvars
 import dataclasses
-import functools
 import hashlib
 import os
-import threading
 import time
 import traceback
 import urllib.parse
@@ -21,7 +23,9 @@ from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import greenlet
 import httpx
+import openai
 from tau2.agent.llm_agent import LLMAgent, LLMAgentState, LLMSoloAgent
 from tau2.data_model.message import AssistantMessage, Message, MultiToolMessage, ToolMessage, UserMessage
 from tau2.data_model.simulation import RewardInfo, SimulationRun, TerminationReason
@@ -116,7 +120,10 @@ class Tau2AgentWorkflow:
 
     async def run_episode(self, data: dict[str, Any], *, base_url: str, api_key: str,
                           http_client: httpx.AsyncClient | None = None) -> EpisodeResult:
-        """Run one episode and score it with tau2. Used by `run` and by evaluation."""
+        """Run one episode and score it with tau2. Used by `run` and by evaluation. The policy's requests go
+        through `http_client` when one is given, else through `_own_client` (aiohttp's pool): httpx's own
+        costs ~20 ms of CPU a request at 256 in flight, aiohttp's ~1 ms (bench/RESULTS.md "Episodes in
+        flight"), which is why training passes none. The user's and the judge's always go through ours."""
         ref = TaskRef.from_data(data)
         tau2_domain.check_domain(ref.domain)  # a row of an unknown domain is bad input, not a rejection
         cfg = self.config
@@ -125,7 +132,7 @@ class Tau2AgentWorkflow:
                    EPISODE_HEADER: uuid.uuid4().hex}
 
         def endpoint(url: str, key: str, model: str, reason: RejectReason,
-                     client: httpx.AsyncClient | None = None) -> ChatEndpoint:  # without a client: our own
+                     client: httpx.AsyncClient | None = None) -> ChatEndpoint:
             return ChatEndpoint(base_url=url, api_key=key, model=model, reject_reason=reason, headers=headers,
                                 http_client=client or self._own_client(), retries=cfg.llm_retries,
                                 request_timeout_s=cfg.request_timeout_s, backoff_s=cfg.retry_backoff_s)
@@ -137,26 +144,21 @@ class Tau2AgentWorkflow:
         judge = None if not cfg.judge_base_url else endpoint(
             cfg.judge_base_url, os.environ.get(cfg.judge_api_key_env) or "EMPTY", cfg.judge_model,
             RejectReason.JUDGE_ENDPOINT)
-        bridge = _LoopBridge(loop)
         seed = data.get("seed")
         if cfg.policy_seed and seed is None:
             raise ValueError(f"policy_seed is set but the row for {ref.domain}/{ref.task_id} has no seed")
-        job = loop.run_in_executor(_episode_executor(cfg.max_concurrent_episodes), _episode_in_thread, ref,
-                                   cfg, policy, user, judge, bridge, int(seed) if seed is not None else None)
+        bridge = _EpisodeBridge()
         try:
-            # Waiting for a free thread does not count against the episode's budget.
-            waiter = asyncio.ensure_future(bridge.started.wait())
-            await asyncio.wait([job, waiter], return_when=asyncio.FIRST_COMPLETED)
-            waiter.cancel()
-            result = await asyncio.wait_for(job, timeout=cfg.episode_timeout_s)
+            # Waiting for a free slot does not count against the episode's budget.
+            async with _episode_slots(loop, cfg.max_concurrent_episodes):
+                result = await asyncio.wait_for(
+                    bridge.drive(_run_episode_body, ref, cfg, policy, user, judge, bridge,
+                                 int(seed) if seed is not None else None),
+                    timeout=cfg.episode_timeout_s)
             result.policy_failed_attempts = policy.failed_attempts
         except TimeoutError:
-            bridge.cancel()
             raise EpisodeRejected(RejectReason.TIMEOUT,
                                   f"{ref.domain}/{ref.task_id} exceeded {cfg.episode_timeout_s}s") from None
-        except asyncio.CancelledError:
-            bridge.cancel()
-            raise
         except EpisodeRejected:
             raise
         except Exception as e:
@@ -184,7 +186,7 @@ class Tau2AgentWorkflow:
             # A closed loop's client can be neither used nor closed any more: let it (and the loop) go.
             for dead in [lp for lp in self._clients if lp.is_closed()]:
                 del self._clients[dead]
-            client = self._clients[loop] = httpx.AsyncClient(
+            client = self._clients[loop] = openai.DefaultAioHttpClient(  # httpx's API on aiohttp's pool
                 timeout=self.config.request_timeout_s,
                 limits=httpx.Limits(max_connections=4096, max_keepalive_connections=1024))
         return client
@@ -197,13 +199,13 @@ class Tau2AgentWorkflow:
         self._clients.clear()
 
 
-def _episode_in_thread(ref: TaskRef, cfg: Tau2EnvConfig, policy: ChatEndpoint,
-                       user_endpoint: ChatEndpoint | None, judge_endpoint: ChatEndpoint | None,
-                       bridge: _LoopBridge, seed: int | None) -> EpisodeResult:
-    """tau2's `Orchestrator.run()`, then `_score_episode`; an invalid policy output ends the episode as an
-    agent error, a prompt past the policy's context as a run out of steps (tau2 has no reason for it)."""
-    bridge.loop.call_soon_threadsafe(bridge.started.set)
-    start, start_time, stats = time.perf_counter(), get_now(), _EpisodeStats()  # the thread picked it up
+def _run_episode_body(ref: TaskRef, cfg: Tau2EnvConfig, policy: ChatEndpoint,
+                      user_endpoint: ChatEndpoint | None, judge_endpoint: ChatEndpoint | None,
+                      bridge: _EpisodeBridge, seed: int | None) -> EpisodeResult:
+    """tau2's `Orchestrator.run()`, then `_score_episode`, in the episode's greenlet; an invalid policy
+    output ends the episode as an agent error, a prompt past the policy's context as a run out of steps
+    (tau2 has no reason for it)."""
+    start, start_time, stats = time.perf_counter(), get_now(), _EpisodeStats()
     orch = _build_episode(ref, cfg, policy, user_endpoint, bridge, stats, seed)
     ended: InvalidOutput | ContextExceeded | None = None
     try:
@@ -221,7 +223,7 @@ def _episode_in_thread(ref: TaskRef, cfg: Tau2EnvConfig, policy: ChatEndpoint,
         raise EpisodeRejected(RejectReason.TIMEOUT, "episode cancelled") from None
 
     def judge(messages: list[dict[str, Any]], args: dict[str, Any]) -> str:
-        """tau2 1.0.x's NL-assertion judge calls, sent to the judge endpoint from this thread."""
+        """tau2 1.0.x's NL-assertion judge calls, sent to the judge endpoint from the episode's greenlet."""
         assert judge_endpoint is not None
         completion, latency = bridge.call(judge_endpoint.complete(messages, None, **args))
         stats.judge_latency_s += latency
@@ -255,7 +257,7 @@ def agent_tools(domain: str, solo_mode: bool, think_tool: bool) -> AgentTools:
 
 
 def _build_episode(ref: TaskRef, cfg: Tau2EnvConfig, policy: ChatEndpoint, user_endpoint: ChatEndpoint | None,
-                   bridge: _LoopBridge, stats: _EpisodeStats, seed: int | None) -> Orchestrator:
+                   bridge: _EpisodeBridge, stats: _EpisodeStats, seed: int | None) -> Orchestrator:
     """tau2's task, environment, agent, user and orchestrator, as `tau2 run` would build them."""
     task = tau2_domain.get_task(ref.domain, ref.task_id)
     env = tau2_domain.make_environment(ref.domain, solo_mode=cfg.solo_mode)
@@ -350,47 +352,61 @@ def agent_view(agent: LLMAgent | LLMSoloAgent, messages: list[Message]) -> dict[
                                 if isinstance(m, AssistantMessage) and "completion_id" in (m.raw_data or {})]}
 
 
-@functools.cache  # called on event loops only: `run_episode`
-def _episode_executor(max_workers: int) -> concurrent.futures.ThreadPoolExecutor:
-    """One pool per size per process, made on first use. The default executor has only cpu+4 threads."""
-    return concurrent.futures.ThreadPoolExecutor(max_workers, "tau2-episode")
+_SLOTS: dict[tuple[asyncio.AbstractEventLoop, int], asyncio.Semaphore] = {}
+
+
+def _episode_slots(loop: asyncio.AbstractEventLoop, size: int) -> asyncio.Semaphore:
+    """The process's `size` episode slots on this loop (one set per size, as `max_concurrent_episodes`
+    says), made on first use; a semaphore belongs to one loop, and a closed loop's are dropped."""
+    slots = _SLOTS.get((loop, size))
+    if slots is None:
+        for dead in [key for key in _SLOTS if key[0].is_closed()]:
+            del _SLOTS[dead]
+        slots = _SLOTS[(loop, size)] = asyncio.Semaphore(size)
+    return slots
 
 
 class _Cancelled(Exception):
-    """The episode was abandoned (timeout); unwinds the orchestrator thread."""
+    """The episode was abandoned (timeout or cancel); thrown into its greenlet to unwind the orchestrator."""
 
 
-class _LoopBridge:
-    """Runs coroutines on the episode's event loop from tau2's orchestrator thread."""
+class _EpisodeBridge:
+    """Runs a synchronous episode in its own greenlet on the event loop's thread. `call(coro)`, from inside
+    it, hands `coro` to `drive`, which awaits it on the loop while other episodes run, and switches back
+    with the result (or raises its exception there)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop):
-        self.loop = loop
-        self.started = asyncio.Event()
-        """Set when a thread picks the episode up: the episode's time budget starts then."""
-        self.cancelled = threading.Event()
-        self._pending: set[concurrent.futures.Future[Any]] = set()
-        self._lock = threading.Lock()
+    def __init__(self) -> None:
+        self._greenlet: greenlet.greenlet | None = None
+        self._cancelled = False
+
+    async def drive(self, body: Any, *args: Any) -> Any:
+        """`body(*args)` to its end; a cancel of this coroutine unwinds `body` before it propagates."""
+        g = self._greenlet = greenlet.greenlet(body)
+        g.gr_context = contextvars.copy_context()  # the episode sees the task's context variables
+        request = g.switch(*args)
+        while not g.dead:
+            try:
+                value = await request
+            except asyncio.CancelledError:
+                self._cancelled = True  # a later `call` raises at once: the greenlet can only end
+                with contextlib.suppress(_Cancelled, EpisodeRejected):
+                    g.throw(_Cancelled())
+                raise
+            except BaseException as e:  # noqa: BLE001 - the episode decides what an error means
+                request = g.throw(e)
+            else:
+                request = g.switch(value)
+        return request
 
     def call(self, coro: Coroutine[Any, Any, T]) -> T:
-        if self.cancelled.is_set():
+        """From inside the episode: the result of awaiting `coro` on the loop."""
+        g = self._greenlet
+        if self._cancelled or g is None or greenlet.getcurrent() is not g:
             coro.close()
-            raise _Cancelled()
-        fut = asyncio.run_coroutine_threadsafe(coro, self.loop)
-        with self._lock:
-            self._pending.add(fut)
-        try:
-            return fut.result()
-        except concurrent.futures.CancelledError:
-            raise _Cancelled() from None
-        finally:
-            with self._lock:
-                self._pending.discard(fut)
-
-    def cancel(self) -> None:
-        self.cancelled.set()
-        with self._lock:
-            for fut in list(self._pending):
-                fut.cancel()
+            if self._cancelled:
+                raise _Cancelled()
+            raise RuntimeError("_EpisodeBridge.call runs only inside its episode's greenlet")
+        return g.parent.switch(coro)  # type: ignore[union-attr]  # `drive` is the parent
 
 
 class _EpisodeStats:
@@ -434,7 +450,7 @@ class _PolicyTurn:
     """The policy side of one turn, shared by the conversational and the solo agent."""
 
     endpoint: ChatEndpoint
-    bridge: _LoopBridge
+    bridge: _EpisodeBridge
     stats: _EpisodeStats
     config: Tau2EnvConfig
     schemas: tuple[dict[str, Any], ...]
@@ -547,7 +563,7 @@ class _ProxySoloAgent(LLMSoloAgent):
 class _BridgedUser(UserSimulator):
     """tau2's UserSimulator (its prompts and role flipping) with its LLM call via our endpoint."""
 
-    def __init__(self, endpoint: ChatEndpoint, bridge: _LoopBridge, stats: _EpisodeStats,
+    def __init__(self, endpoint: ChatEndpoint, bridge: _EpisodeBridge, stats: _EpisodeStats,
                  config: Tau2EnvConfig, tools: list[Tool] | None, schemas: list[dict[str, Any]] | None,
                  instructions: str):
         super().__init__(tools=tools, instructions=instructions, llm=config.user_model,

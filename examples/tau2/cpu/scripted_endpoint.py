@@ -67,6 +67,7 @@ import threading
 import time
 import urllib.parse
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -210,7 +211,7 @@ class RecordedRequest:
     """One request as received, for tests that check what the workflow sends."""
 
     model: str
-    headers: dict[str, str]
+    headers: Mapping[str, str]  # case-insensitive, as HTTP's are: clients differ in the case they send
     body: dict[str, Any]
 
 
@@ -327,7 +328,7 @@ class ScriptedEndpoint:
         body = await request.json()
         model, _, delay = str(body.get("model", "")).partition("@")
         self.requests[model] += 1
-        self.recent.append(RecordedRequest(model, dict(request.headers), body))
+        self.recent.append(RecordedRequest(model, request.headers.copy(), body))
         if delay:
             await asyncio.sleep(float(delay) / 1000.0)
         messages = body.get("messages", [])

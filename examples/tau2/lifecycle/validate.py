@@ -475,7 +475,9 @@ def survey(loaded: LoadedConfig) -> Survey:
     per_epoch = steps_per_epoch(config, train_rows) if train_rows is not None else None
     validation = describe_validation(config, per_epoch, valid_rows)
     training = check_training(config, None if data_errors else train_rows)
-    errors = [*econfig_errors, *engine_errors, *gpus, *shape_errors, *parallelism, *endpoints, *paths,
+    width, width_errors = describe_width(config, engines)
+    errors = [*econfig_errors, *engine_errors, *gpus, *shape_errors, *parallelism, *width_errors, *endpoints,
+              *paths,
               *domain_problems, *judge, *data_errors, *values, *training,
               *[problem for problem in [ignored_data_dir()] if problem], *tracking, *recover_errors,
               *addon_problems, *collision]
@@ -498,7 +500,7 @@ def survey(loaded: LoadedConfig) -> Survey:
         rows.append(("steps", f"{text}; the last step is saved"))
     batch, samples = config.train_dataset.batch_size, config.gconfig.n_samples
     rows += [("batch", f"{batch} tasks x {samples} samples = {batch * samples} episodes per step"),
-             ("asynchrony", describe_asynchrony(config)),
+             ("asynchrony", describe_asynchrony(config)), ("width", width),
              ("group filter", "drop groups whose episodes all train on one reward"
               if econfig.drop_uniform_groups else "off (every group trains)"),
              ("validation", validation),
@@ -577,16 +579,44 @@ def _describe_proxy(config: Tau2PPOConfig) -> str:
             f"admin key {key}, prompts rendered as {rendering}'s server does (econfig.serving_engine)")
 
 
+def groups_in_flight(config: Tau2PPOConfig) -> tuple[int, str]:
+    """The most GRPO groups the rollout runs at once, and what bounds it (AReaL's staleness manager:
+    min(max_concurrent_rollouts, (max_head_offpolicyness + 1) batches))."""
+    rollout, batch = config.rollout, config.train_dataset.batch_size
+    ahead = rollout.max_head_offpolicyness
+    groups = min(rollout.max_concurrent_rollouts or batch, (ahead + 1) * batch)
+    bound = ("rollout.max_concurrent_rollouts" if groups == rollout.max_concurrent_rollouts
+             else f"the staleness limit, {ahead + 1} batches")
+    return groups, bound
+
+
+def describe_width(config: Tau2PPOConfig, engines: list[EngineUse]) -> tuple[str, list[str]]:
+    """Episodes in flight per inference server, what bounds them, and a width no rollout worker can serve
+    (AReaL sends each group to one worker, round-robin; one worker and one proxy per server)."""
+    servers = next((u.alloc.parallel.dp_size for u in engines if u.role == "rollout"), 0)
+    if not servers:
+        return "", []
+    groups, bound = groups_in_flight(config)
+    samples, slots = config.gconfig.n_samples, config.econfig.max_concurrent_episodes
+    per_worker = -(-groups // servers) * samples
+    row = (f"{groups * samples} episodes in flight at most ({groups} groups x {samples}; bound: {bound}), "
+           f"{per_worker} per inference server and its rollout worker, of the worker's "
+           f"econfig.max_concurrent_episodes {slots} slots")
+    problems = [] if per_worker <= slots else [
+        f"a rollout worker gets up to {per_worker} episodes at once ({-(-groups // servers)} groups of "
+        f"{samples}), more than its econfig.max_concurrent_episodes={slots} slots: the rest would wait. "
+        "Raise econfig.max_concurrent_episodes or lower rollout.max_concurrent_rollouts"]
+    return row, problems
+
+
 def describe_asynchrony(config: Tau2PPOConfig) -> str:
     """How far rollouts may run ahead of the trainer, in words (`training/rollout_controller.py`)."""
-    rollout, batch, samples = config.rollout, config.train_dataset.batch_size, config.gconfig.n_samples
+    rollout, samples = config.rollout, config.gconfig.n_samples
     ahead = rollout.max_head_offpolicyness
     if ahead == 0:
         return ("synchronous (rollout.max_head_offpolicyness 0): each step's episodes are played by the "
                 "weights it then trains, and no episode runs while the weights are swapped")
-    groups = min(rollout.max_concurrent_rollouts or batch, (ahead + 1) * batch)
-    bound = ("rollout.max_concurrent_rollouts" if groups == rollout.max_concurrent_rollouts
-             else f"the staleness limit, {ahead + 1} batches")
+    groups, bound = groups_in_flight(config)
     correction = ("the decoupled loss corrects for the older weights" if config.actor.use_decoupled_loss
                   else "no off-policy correction (actor.use_decoupled_loss false)")
     return (f"asynchronous: rollouts run up to {ahead} step(s) ahead of the trainer "

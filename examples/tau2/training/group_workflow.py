@@ -65,7 +65,7 @@ class TurnTakingAgent(Protocol):
     """An agent that says which of its session's completions it received (`Tau2AgentWorkflow`)."""
 
     async def run_turns(self, data: dict[str, Any], *, base_url: str, api_key: str,
-                        http_client: Any) -> EpisodeTurns: ...
+                        http_client: Any = None) -> EpisodeTurns: ...
 
 
 @dataclass
@@ -165,9 +165,10 @@ class DropRejectedProxyWorkflow(OpenAIProxyWorkflow):
         turns: EpisodeTurns | None = None
         try:
             if isinstance(self.agent, TurnTakingAgent):  # inline mode, as AReaL's `_run_agent` calls `run`
-                client = await workflow_context.get_httpx_client()
+                # Not AReaL's shared httpx client: the agent's own aiohttp pool costs a twentieth of the CPU
+                # a request (bench/RESULTS.md "Episodes in flight").
                 turns = await self.agent.run_turns(data, base_url=self.proxy_addr,
-                                                   api_key=proxy.session_api_key, http_client=client)
+                                                   api_key=proxy.session_api_key)
                 reward = turns.reward
             else:
                 reward = await self._run_agent(proxy.session_api_key, data)
