@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -12,13 +11,10 @@ from examples.tau2.lifecycle.validate import shared_paths
 from examples.tau2.settings.config import curriculum_outcomes_dir
 from examples.tau2.slurm import queue
 from examples.tau2.slurm.controller_job import SBATCH_ENV
-from examples.tau2.slurm.plan import JobRequest, run_requests, unplaceable, unschedulable
+from examples.tau2.slurm.plan import CONTROLLER_JOB, JobRequest, run_requests, unplaceable, unschedulable
 from examples.tau2.slurm.scheduler import CONTAINER_TYPES, NO_MOUNT, pending_limit_s, start_timeout_s
 
 REPO = Path(__file__).resolve().parents[3]
-CONTROLLER_JOB: ContextVar[JobRequest | None] = ContextVar("CONTROLLER_JOB", default=None)
-"""The controller's own job when `--submit` makes it one on the workers' partition (set by
-`controller_job.check`): it holds its node too, so it is part of the layout `check_capacity` places."""
 
 
 def run_domain_modules(config: Any) -> list[tau2_domain.DomainModule]:

@@ -41,7 +41,7 @@ from examples.tau2.lifecycle.watchdog import CONTROL, InferenceServerDied, StopR
 from examples.tau2.runtime.console import console_logging
 from examples.tau2.runtime.process import ON_SIGTERM, exit_after
 from examples.tau2.slurm import queue, requeue
-from examples.tau2.slurm.plan import JobRequest, unschedulable
+from examples.tau2.slurm.plan import CONTROLLER_JOB, JobRequest, unschedulable
 from examples.tau2.slurm.requeue import Cause, Journal, WarningSignal
 from examples.tau2.slurm.scheduler import WorkerJobCannotStart
 
@@ -182,8 +182,6 @@ def check(argv: list[str]) -> int:
     `argv` is left to the job; the run is checked as it would start), with the controller job's request,
     its place beside the workers' jobs and its time limit among its problems. Prints them; 0 means
     submit."""
-    from examples.tau2.slurm.checks import CONTROLLER_JOB
-
     entry, warning = "train", requeue.DEFAULT_WARNING
     while argv[:1] in (["--entry"], ["--signal"]) and len(argv) > 1:
         entry, warning = (argv[1], warning) if argv[0] == "--entry" else (entry, argv[1])

@@ -12,6 +12,7 @@ behind the others for good, while the scheduler waits for a busy queue to clear.
 from __future__ import annotations
 
 import math
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,6 +58,12 @@ class JobRequest:
     def fits(self, node: NodeInfo) -> bool:
         return (node.usable and node.cpus >= self.cpus_per_node and node.memory_mb >= self.mem_mb_per_node
                 and node.gpus >= self.gpus_per_node)
+
+
+CONTROLLER_JOB: ContextVar[JobRequest | None] = ContextVar("CONTROLLER_JOB", default=None)
+"""The controller's own job when `--submit` makes it one on the workers' partition (set by
+`controller_job.check`, which runs as `__main__`, so the variable lives here, imported by both): it holds
+its node too, so it is part of the layout `checks.check_capacity` places."""
 
 
 def unschedulable(request: JobRequest, nodes: list[NodeInfo], fix: str = "") -> str:
