@@ -128,7 +128,8 @@ def rollout_config(fileroot: Path, *, turn_discount: float, env: dict[str, str] 
 def rollout_controller(engine_class: type, config: Any, server: ScriptedSGLang,
                        fileroot: Path) -> Iterator[Any]:
     """AReaL's `RolloutController` with one rollout worker of `engine_class` and its proxy, serving from
-    `server`; on exit every process it started is gone (waits up to 30 s)."""
+    `server`; on exit every process it started is gone (waits up to 30 s). A worker may take 2 minutes to
+    start (AReaL's default is 30 s): a loaded 2-core machine imports torch and AReaL slowly."""
     import psutil
     from areal.api import LocalInfServerInfo
     from areal.infra import RolloutController
@@ -136,7 +137,7 @@ def rollout_controller(engine_class: type, config: Any, server: ScriptedSGLang,
 
     (fileroot / "name_resolve").mkdir(parents=True, exist_ok=True)
     scheduler = LocalScheduler(
-        gpu_devices=[0], log_dir=str(fileroot / "logs"), experiment_name=config.experiment_name,
+        gpu_devices=[0], log_dir=str(fileroot / "logs"), startup_timeout=120.0, experiment_name=config.experiment_name,
         trial_name=config.trial_name, fileroot=str(fileroot), nfs_record_root=str(fileroot / "name_resolve"),
     )
     controller = RolloutController(engine_class, config, scheduler)
