@@ -36,19 +36,24 @@ def scripted_logprobs(n: int) -> list[float]:
 
 class ScriptedSGLang:
     """SGLang's /health and /generate on 127.0.0.1 in a background thread; each reply waits `delay_s`
-    (a generation's time; the first ones wait `first_delays_s` instead, one each, in order) and depends on
-    whether a tool ran yet (the first ones are `first_replies` instead; "" is the end-of-text token alone).
-    `requests` holds every request body."""
+    (a generation's time; the first ones wait `first_delays_s` instead, one each, in order), plus
+    `delay_per_in_flight_s` for each other generation in flight when it arrives (a batching server's
+    latency grows with its batch), and depends on whether a tool ran yet (the first ones are
+    `first_replies` instead; "" is the end-of-text token alone). `requests` holds every request body,
+    `served_s` each generation's time from arrival to reply, `max_in_flight` the most at once."""
 
     def __init__(self, delay_s: float = 0.0, first_delays_s: Sequence[float] = (),
-                 first_replies: Sequence[str] = ()) -> None:
+                 first_replies: Sequence[str] = (), delay_per_in_flight_s: float = 0.0) -> None:
         from transformers import AutoTokenizer
 
         self.tokenizer = AutoTokenizer.from_pretrained(TOKENIZER_DIR)
         self.delay_s = delay_s
+        self.delay_per_in_flight_s = delay_per_in_flight_s
         self.first_delays_s = list(first_delays_s)
         self.first_replies = list(first_replies)
         self.requests: list[dict[str, Any]] = []
+        self.served_s: list[float] = []
+        self.in_flight = self.max_in_flight = 0
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._serve, daemon=True, name="scripted-sglang")
@@ -58,21 +63,29 @@ class ScriptedSGLang:
         return self.tokenizer.encode(text) + [self.tokenizer.eos_token_id]
 
     async def _generate(self, request: web.Request) -> web.Response:
+        arrived = time.monotonic()
         body = await request.json()
         self.requests.append(body)
         delay = self.first_delays_s.pop(0) if self.first_delays_s else self.delay_s
-        if delay:
-            await asyncio.sleep(delay)
-        prompt = self.tokenizer.decode(body["input_ids"])
-        scripted = CLOSING if "<tool_response>" in prompt else TOOL_CALL
-        ids = self.reply_ids(self.first_replies.pop(0) if self.first_replies else scripted)
-        return web.json_response({"meta_info": {
-            "finish_reason": {"type": "stop"},
-            "output_token_logprobs": [
-                [lp, t, None] for lp, t in zip(scripted_logprobs(len(ids)), ids, strict=True)],
-            "prompt_tokens": len(body["input_ids"]),
-            "completion_tokens": len(ids),
-        }})
+        delay += self.delay_per_in_flight_s * self.in_flight
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            if delay:
+                await asyncio.sleep(delay)
+            prompt = self.tokenizer.decode(body["input_ids"])
+            scripted = CLOSING if "<tool_response>" in prompt else TOOL_CALL
+            ids = self.reply_ids(self.first_replies.pop(0) if self.first_replies else scripted)
+            return web.json_response({"meta_info": {
+                "finish_reason": {"type": "stop"},
+                "output_token_logprobs": [
+                    [lp, t, None] for lp, t in zip(scripted_logprobs(len(ids)), ids, strict=True)],
+                "prompt_tokens": len(body["input_ids"]),
+                "completion_tokens": len(ids),
+            }})
+        finally:
+            self.in_flight -= 1
+            self.served_s.append(time.monotonic() - arrived)
 
     def _serve(self) -> None:
         asyncio.set_event_loop(self._loop)
@@ -137,7 +150,8 @@ def rollout_controller(engine_class: type, config: Any, server: ScriptedSGLang,
 
     (fileroot / "name_resolve").mkdir(parents=True, exist_ok=True)
     scheduler = LocalScheduler(
-        gpu_devices=[0], log_dir=str(fileroot / "logs"), startup_timeout=120.0, experiment_name=config.experiment_name,
+        gpu_devices=[0], log_dir=str(fileroot / "logs"), startup_timeout=120.0,
+        experiment_name=config.experiment_name,
         trial_name=config.trial_name, fileroot=str(fileroot), nfs_record_root=str(fileroot / "name_resolve"),
     )
     controller = RolloutController(engine_class, config, scheduler)

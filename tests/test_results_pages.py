@@ -1,7 +1,8 @@
 """The figures the results pages and the README show are the ones their raw sources hold.
 
 Each measurement that a command writes as JSON (the learning run's `learn.json`, the group-fault
-benchmark's `group_faults.json`, the sync-against-async benchmark's `async_learn.json`) is rendered again
+benchmark's `group_faults.json`, the sync-against-async benchmark's `async_learn.json`, the proxy-width
+benchmark's `proxy_width.json`) is rendered again
 here with the command's own table code, and every line of that rendering must appear in the pages that show
 it: a figure edited by hand, or a rerun whose JSON was committed without its tables, fails here.
 """
@@ -79,6 +80,12 @@ def test_the_group_fault_table_is_the_rendering_of_group_faults_json(monkeypatch
     groups = cells[0].episodes // 8
     results = (ROOT / "bench" / "RESULTS.md").read_text()
     assert bench.table(cells, groups) in results
+
+
+def test_the_proxy_width_table_is_the_rendering_of_proxy_width_json(monkeypatch):
+    bench = load_bench("bench_proxy_width", monkeypatch)
+    widths = [bench.Width(**w) for w in json.loads((ROOT / "bench" / "proxy_width.json").read_text())]
+    assert bench.table(widths) in (ROOT / "bench" / "RESULTS.md").read_text()
 
 
 def load_bench(name: str, monkeypatch):

@@ -43,8 +43,9 @@ def test_dry_run_default_config(capsys, tmp_path, endpoint):
         "nothing or half the job), 20 validation rows (5 regraded)",
         "  steps           1 per epoch x 50 epochs = 50; the last step is saved",
         "  batch           8 tasks x 8 samples = 64 episodes per step",
-        "  width           128 episodes in flight at most (16 groups x 8; bound: "
-        "rollout.max_concurrent_rollouts), 32 per inference server and its rollout worker, of the worker's "
+        "  width           192 episodes in flight at most (24 groups x 8; bound: "
+        "rollout.max_concurrent_rollouts and the staleness limit, 3 batches), 48 per inference server and "
+        "its rollout worker, of the worker's "
         "econfig.max_concurrent_episodes 256 slots",
         "  group filter    drop groups whose episodes all train on one reward",
         "  validation      after every 5 epoch(s) = every 5 steps: 20 tasks x 1 sample(s)",

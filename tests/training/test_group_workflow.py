@@ -51,6 +51,10 @@ class ScriptedEpisodes:
         self.finished: dict[int, float | None] = {}
         """Episode -> the reward it was finished with; every session ends through here or in phase 1."""
         self.closed: set[int] = set()
+        self.agent_closed = 0
+
+    async def close_agent(self) -> None:
+        self.agent_closed += 1
 
     def group_rules(self) -> GroupRules:
         return self.rules
@@ -104,7 +108,7 @@ def test_a_rejected_episode_leaves_the_rest_of_its_group():
     rows, stats = run_group(member)
     assert rows == rows_of((0, 1.0), (2, 0.0), (3, 1.0))
     assert member.finished == {0: 1.0, 1: None, 2: 0.0, 3: 1.0}  # the rejected one is exported too
-    assert member.closed == {0, 1, 2, 3}
+    assert member.closed == {0, 1, 2, 3} and member.agent_closed == 1
     assert stats == {"tau2/group/kept_episodes": 3.0, "tau2/group/rejected_episodes": 1.0,
                      "tau2/group/dropped": 0.0, "tau2/group/dropped_uniform": 0.0}
 
@@ -144,7 +148,7 @@ def test_any_other_failure_still_fails_the_group_after_every_session_ends():
 
     returned = asyncio.run(go())
     assert len(member.ended) == 4 and returned >= max(member.ended.values())  # no sibling left running
-    assert member.closed == {0, 1, 2, 3}
+    assert member.closed == {0, 1, 2, 3} and member.agent_closed == 1
     assert member.finished == {0: None, 2: None, 3: None}  # ended and exported, trained on nothing
 
 
@@ -159,7 +163,7 @@ def test_a_cancelled_group_ends_the_sessions_its_episodes_opened():
             await task
 
     asyncio.run(go())
-    assert member.finished == {0: None, 1: None} and member.closed == {0, 1, 2}
+    assert member.finished == {0: None, 1: None} and member.closed == {0, 1, 2} and member.agent_closed == 1
 
 
 def test_the_proxy_workflow_takes_its_agent_s_rules(endpoint):
@@ -176,8 +180,23 @@ def test_the_proxy_workflow_takes_its_agent_s_rules(endpoint):
             return 1.0
 
     assert proxy_workflow(RulelessAgent()).group_rules() == GroupRules()
+    asyncio.run(proxy_workflow(RulelessAgent()).close_agent())  # nothing of its own to close
     with pytest.raises(ValueError, match="runs agents inline, not in 'subproc' mode"):
         DropRejectedProxyWorkflow(mode="subproc", agent=RulelessAgent())
+
+
+def test_a_group_closes_its_agent_s_own_http_pool(endpoint):
+    """AReaL makes an agent per submitted group: the pool it opened for its episodes' requests must close
+    with the group, or each group leaves one open (aiohttp's "Unclosed client session")."""
+    agent = make_workflow(endpoint)
+
+    async def go() -> Any:
+        client = agent._own_client()
+        group = DropRejectedProxyWorkflow(mode="inline", agent=agent, proxy_addr="http://127.0.0.1:1")
+        await group.close_agent()
+        return client
+
+    assert asyncio.run(go()).is_closed
 
 
 def exported(*ids: str, reward: float = 1.0) -> dict[str, Any]:

@@ -584,10 +584,11 @@ def groups_in_flight(config: Tau2PPOConfig) -> tuple[int, str]:
     min(max_concurrent_rollouts, (max_head_offpolicyness + 1) batches))."""
     rollout, batch = config.rollout, config.train_dataset.batch_size
     ahead = rollout.max_head_offpolicyness
-    groups = min(rollout.max_concurrent_rollouts or batch, (ahead + 1) * batch)
-    bound = ("rollout.max_concurrent_rollouts" if groups == rollout.max_concurrent_rollouts
-             else f"the staleness limit, {ahead + 1} batches")
-    return groups, bound
+    knob, staleness = rollout.max_concurrent_rollouts or batch, (ahead + 1) * batch
+    bounds = [name for name, limit in (("rollout.max_concurrent_rollouts", knob),
+                                       (f"the staleness limit, {ahead + 1} batches", staleness))
+              if limit == min(knob, staleness)]
+    return min(knob, staleness), " and ".join(bounds)
 
 
 def describe_width(config: Tau2PPOConfig, engines: list[EngineUse]) -> tuple[str, list[str]]:

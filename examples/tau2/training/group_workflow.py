@@ -68,6 +68,14 @@ class TurnTakingAgent(Protocol):
                         http_client: Any = None) -> EpisodeTurns: ...
 
 
+@runtime_checkable
+class ClosingAgent(Protocol):
+    """An agent with connections of its own to close (`Tau2AgentWorkflow`'s HTTP pools): AReaL makes one agent
+    a submitted group, so its group closes it when it ends."""
+
+    async def aclose(self) -> None: ...
+
+
 @dataclass
 class StartedEpisode:
     """An episode after phase 1: its agent returned a raw reward or rejected it; its session is open."""
@@ -211,10 +219,18 @@ class DropRejectedProxyWorkflow(OpenAIProxyWorkflow):
             record_stats({"reward": rows[next(reversed(rows))].reward}, prefix="")
         return rows
 
+    async def close_agent(self) -> None:
+        """Close the agent's own connections; else each submitted group would leave a pool open."""
+        if isinstance(self.agent, ClosingAgent):
+            await self.agent.aclose()
+
     async def arun_episode(self, engine: Any, data: dict[str, Any]) -> Rows | None:
         """A group of one: trained on its raw reward."""
-        episode = await self.start_episode(data)
-        rows = await self.finish_episode(episode, episode.reward)
+        try:
+            episode = await self.start_episode(data)
+            rows = await self.finish_episode(episode, episode.reward)
+        finally:
+            await self.close_agent()
         record_group([(episode, rows)], kept=bool(rows))
         return rows
 
@@ -225,6 +241,12 @@ class PartialGroupWorkflow(GroupedRolloutWorkflow):
     workflow: DropRejectedProxyWorkflow
 
     async def arun_episode(self, engine: Any, data: dict[str, Any]) -> Rows | None:
+        try:
+            return await self._run_group(data)
+        finally:
+            await self.workflow.close_agent()
+
+    async def _run_group(self, data: dict[str, Any]) -> Rows | None:
         starts = [asyncio.ensure_future(self.workflow.start_episode(data)) for _ in range(self.group_size)]
         try:
             results = await asyncio.gather(*starts, return_exceptions=True)
