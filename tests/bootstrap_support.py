@@ -1,12 +1,13 @@
-"""Shared by the interval tests: the exact bootstrap by brute force, and the check of a Monte-Carlo
-interval against it."""
+"""Shared by the interval tests: the exact bootstrap by brute force and by multiset enumeration (the
+reference `eval/metrics`' Monte-Carlo intervals are held to), and the check of an interval against it."""
 
 from __future__ import annotations
 
 import bisect
 import itertools
 import math
-from collections import Counter
+from collections import Counter, defaultdict
+from collections.abc import Sequence
 from fractions import Fraction
 
 import pytest
@@ -55,3 +56,49 @@ def check_against_exact(mc: Interval, sorted_means: list[Fraction], confidence: 
             assert got == pytest.approx(float(inverse_cdf(sorted_means, p)), abs=1e-9)
             equal_checks += 1
     return equal_checks
+
+
+EXACT_LIMIT = 2_000_000
+"""Most resampled multisets `exact_bootstrap_distribution` enumerates in one stratum."""
+
+
+def exact_bootstrap_distribution(strata: Sequence[Sequence[Fraction]]) -> dict[Fraction, Fraction]:
+    """The exact bootstrap distribution of the stratified mean: value -> probability.
+
+    Enumerates, per stratum of n values, every multiset of n draws with its multinomial probability
+    (n! / prod(counts!) / n^n), then combines strata; feasible for up to about 10 values a stratum.
+    """
+    dist: dict[Fraction, Fraction] = {Fraction(0): Fraction(1)}
+    rows = 0
+    for values in strata:
+        n = len(values)
+        if n == 0:
+            continue
+        if math.comb(2 * n - 1, n) > EXACT_LIMIT:
+            raise ValueError(f"a stratum of {n} values has too many resamples to enumerate")
+        sums: dict[Fraction, Fraction] = defaultdict(Fraction)
+        for draw in itertools.combinations_with_replacement(range(n), n):
+            counts = Counter(draw)
+            ways = math.factorial(n)
+            for c in counts.values():
+                ways //= math.factorial(c)
+            sums[sum((Fraction(values[i]) * c for i, c in counts.items()), Fraction(0))] += Fraction(
+                ways, n**n)
+        combined: dict[Fraction, Fraction] = defaultdict(Fraction)
+        for (s1, p1), (s2, p2) in itertools.product(dist.items(), sums.items()):
+            combined[s1 + s2] += p1 * p2
+        dist = dict(combined)
+        rows += n
+    if rows == 0:
+        raise ValueError("no values to resample")
+    return dict(sorted((s / rows, p) for s, p in dist.items()))
+
+
+def distribution_quantile(dist: dict[Fraction, Fraction], p: Fraction) -> Fraction:
+    """The smallest value whose cumulative probability is >= p (the inverse CDF)."""
+    cumulative = Fraction(0)
+    for value, prob in sorted(dist.items()):
+        cumulative += prob
+        if cumulative >= p:
+            return value
+    return max(dist)

@@ -8,6 +8,7 @@ cache's switch — happens in `setup_runtime()` or on first use, never at import
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import os
 import pkgutil
@@ -21,6 +22,7 @@ from pathlib import Path
 import pytest
 
 import examples.tau2
+from examples.tau2.settings.config import Tau2TrainEnvConfig
 
 REPO = Path(__file__).resolve().parents[1]
 VLLM_VENV_ONLY = {"examples.tau2.cpu.vllm_cpu_worker"}
@@ -369,3 +371,90 @@ def test_no_class_is_built_at_run_time():
                     and len(node.args) == 3:
                 built.append(f"{path.name}:{node.lineno}: type(name, bases, namespace)")
     assert built == []
+
+
+ANCHORED_LINK = re.compile(r"\]\(([^)#\s]*)#([^)\s]+)\)")
+HEADING = re.compile(r"^#{1,6} (.+?)\s*#*$", re.MULTILINE)
+FENCE = re.compile(r"^```.*?^```", re.MULTILINE | re.DOTALL)
+
+
+def github_anchors(markdown: str) -> set[str]:
+    """The anchors GitHub gives a page's headings: the rendered text lower-cased, punctuation dropped,
+    spaces made hyphens; a repeated one gets -1, -2, ... (code fences hold no headings)."""
+    anchors: set[str] = set()
+    for heading in HEADING.findall(FENCE.sub("", markdown)):
+        text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading).replace("`", "").replace("*", "")
+        slug = re.sub(r"[^\w\- ]", "", text.strip().lower()).replace(" ", "-")
+        anchor, n = slug, 0
+        while anchor in anchors:
+            n += 1
+            anchor = f"{slug}-{n}"
+        anchors.add(anchor)
+    return anchors
+
+
+def tracked_markdown() -> list[str]:
+    return subprocess.run(["git", "ls-files", "*.md"], cwd=REPO, capture_output=True, text=True,
+                          check=True).stdout.split()
+
+
+def broken_anchors(pages: dict[str, str]) -> list[str]:
+    """`page: link#anchor` for each link whose anchor no heading of its target page has (`pages`: path
+    relative to the repository -> text; targets outside it are read from disk)."""
+    broken = []
+    for rel, text in pages.items():
+        for target, anchor in ANCHORED_LINK.findall(FENCE.sub("", text)):
+            if target.startswith(("http://", "https://")):
+                continue
+            page = os.path.normpath(Path(rel).parent / target) if target else rel
+            body = pages.get(page) or ((REPO / page).read_text(encoding="utf-8") if (REPO / page).is_file()
+                                       else None)
+            if page.endswith(".md") and body is not None and anchor not in github_anchors(body):
+                broken.append(f"{rel}: {target}#{anchor}")
+    return broken
+
+
+def test_every_anchor_a_doc_links_resolves_and_a_planted_broken_one_is_caught():
+    pages = {rel: (REPO / rel).read_text(encoding="utf-8") for rel in tracked_markdown()}
+    assert not broken_anchors(pages), "\n".join(broken_anchors(pages))
+    planted = {**pages, "README.md": pages["README.md"] + "\n[x](bench/RESULTS.md#no-such-heading)\n"}
+    assert broken_anchors(planted) == ["README.md: bench/RESULTS.md#no-such-heading"]
+
+
+RL_COMMAND = re.compile(r"(?:bash \S*|`)tau2_rl\.sh ([a-z][a-z-]*)")
+"""A command line, `bash .../tau2_rl.sh <command>` or `` `tau2_rl.sh <command>` ``, not prose about it."""
+UPSTREAM_ECONFIG = {"user_llm", "user_llm_base_url"}
+"""AReaL's own example's names, which TRAINING.md maps to this example's (`user_model`, `user_base_url`)."""
+
+
+def tau2_rl_commands() -> set[str]:
+    script = (PACKAGE / "tau2_rl.sh").read_text()
+    dispatch = script.rsplit('case "$command" in', 1)[1]
+    return set(re.findall(r"^\s+([a-z][a-z-]*)(?: \|[^)]*)?\)", dispatch, re.MULTILINE))
+
+
+def unknown_names(pages: dict[str, str], commands: set[str], fields: set[str]) -> list[str]:
+    """`page: what` for each `tau2_rl.sh <command>` that the script does not dispatch and each
+    `econfig.<key>` (or `econfig.<prefix>*`) that is no field of the training's econfig."""
+    unknown = []
+    for rel, text in pages.items():
+        unknown += [f"{rel}: tau2_rl.sh {c}" for c in RL_COMMAND.findall(text) if c not in commands]
+        for key, star in re.findall(r"econfig\.([a-z_0-9]+)(\*?)", text):
+            known = any(f.startswith(key) for f in fields) if star else key in fields | UPSTREAM_ECONFIG
+            if not known:
+                unknown.append(f"{rel}: econfig.{key}{star}")
+    return unknown
+
+
+def test_every_command_and_econfig_key_a_doc_shows_exists_and_a_planted_one_is_caught():
+    pages = {rel: (REPO / rel).read_text(encoding="utf-8") for rel in tracked_markdown()}
+    pages["examples/tau2/config.yaml"] = (PACKAGE / "config.yaml").read_text()
+    commands, fields = tau2_rl_commands(), {f.name for f in dataclasses.fields(Tau2TrainEnvConfig)}
+    assert {"smoke", "learn", "local", "slurm", "dry-run", "check-tasks", "eval", "help"} <= commands
+    assert not unknown_names(pages, commands, fields), "\n".join(unknown_names(pages, commands, fields))
+    planted = {"README.md": "bash examples/tau2/tau2_rl.sh train\n`econfig.user_url=...`"}
+    assert unknown_names(planted, commands - {"smoke"}, fields - {"domain"}) == [
+        "README.md: tau2_rl.sh train", "README.md: econfig.user_url"]
+    renamed = {"README.md": "`econfig.domain=airline` after `tau2_rl.sh smoke`"}
+    assert unknown_names(renamed, commands - {"smoke"}, fields - {"domain"}) == [
+        "README.md: tau2_rl.sh smoke", "README.md: econfig.domain"]

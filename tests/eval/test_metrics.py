@@ -19,8 +19,6 @@ from examples.tau2.eval.metrics import (
     TaskCounts,
     TrialRecord,
     compute_report,
-    distribution_quantile,
-    exact_bootstrap_distribution,
     final_trials,
     format_markdown,
     is_success,
@@ -31,7 +29,13 @@ from examples.tau2.eval.metrics import (
     task_counts,
     task_values,
 )
-from tests.bootstrap_support import brute_force_means, check_against_exact, inverse_cdf
+from tests.bootstrap_support import (
+    brute_force_means,
+    check_against_exact,
+    distribution_quantile,
+    exact_bootstrap_distribution,
+    inverse_cdf,
+)
 
 
 def scored(domain: str, task: str, trial: int, reward: float, **kw) -> TrialRecord:

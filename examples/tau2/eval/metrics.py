@@ -22,20 +22,18 @@ Pure functions over `TrialRecord`s (one per attempted trial); no I/O. Definition
   per-task estimate (its trials are not resampled); the interval runs from the (1 - confidence)/2 to
   the (1 + confidence)/2 quantile (inverse empirical CDF) of the resampled means. **overall** is
   stratified: each resample draws every domain's tasks within that domain, keeping the domain sizes.
-  Resamples come from a fixed seed, so reports are reproducible. `exact_bootstrap_distribution`
-  enumerates every resample of a few tasks exactly (the tests check the Monte-Carlo intervals
-  against it).
+  Resamples come from a fixed seed, so reports are reproducible (tests/bootstrap_support.py
+  enumerates every resample of a few tasks exactly; the tests check the Monte-Carlo intervals against
+  it).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -224,52 +222,6 @@ def percentile_interval(samples: np.ndarray, confidence: float) -> Interval:
     alpha = (1.0 - confidence) / 2.0
     low, high = np.quantile(np.asarray(samples, dtype=float), [alpha, 1.0 - alpha], method="inverted_cdf")
     return Interval(float(low), float(high))
-
-
-EXACT_LIMIT = 2_000_000
-"""Most resampled multisets `exact_bootstrap_distribution` enumerates in one stratum."""
-
-
-def exact_bootstrap_distribution(strata: Sequence[Sequence[Fraction]]) -> dict[Fraction, Fraction]:
-    """The exact bootstrap distribution of the stratified mean: value -> probability.
-
-    Enumerates, per stratum of n values, every multiset of n draws with its multinomial probability
-    (n! / prod(counts!) / n^n), then combines strata; feasible for up to about 10 values a stratum.
-    """
-    dist: dict[Fraction, Fraction] = {Fraction(0): Fraction(1)}
-    rows = 0
-    for values in strata:
-        n = len(values)
-        if n == 0:
-            continue
-        if math.comb(2 * n - 1, n) > EXACT_LIMIT:
-            raise ValueError(f"a stratum of {n} values has too many resamples to enumerate")
-        sums: dict[Fraction, Fraction] = defaultdict(Fraction)
-        for draw in itertools.combinations_with_replacement(range(n), n):
-            counts = Counter(draw)
-            ways = math.factorial(n)
-            for c in counts.values():
-                ways //= math.factorial(c)
-            sums[sum((Fraction(values[i]) * c for i, c in counts.items()), Fraction(0))] += Fraction(
-                ways, n**n)
-        combined: dict[Fraction, Fraction] = defaultdict(Fraction)
-        for (s1, p1), (s2, p2) in itertools.product(dist.items(), sums.items()):
-            combined[s1 + s2] += p1 * p2
-        dist = dict(combined)
-        rows += n
-    if rows == 0:
-        raise ValueError("no values to resample")
-    return dict(sorted((s / rows, p) for s, p in dist.items()))
-
-
-def distribution_quantile(dist: dict[Fraction, Fraction], p: Fraction) -> Fraction:
-    """The smallest value whose cumulative probability is >= p (the inverse CDF)."""
-    cumulative = Fraction(0)
-    for value, prob in sorted(dist.items()):
-        cumulative += prob
-        if cumulative >= p:
-            return value
-    return max(dist)
 
 
 @dataclass
