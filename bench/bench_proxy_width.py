@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -165,6 +166,7 @@ def run_width(controller, sglang: ScriptedSGLang, procs: dict[str, psutil.Proces
     stats = controller.export_stats()
     mine = recorded_groups(record)[before_groups:]
     counts = audit(mine)
+    counts["lost"] += episodes - sum(len(g["episodes"]) for g in mine)  # of groups that never ended
     kept = [RTensor.localize(r) for r in results if r is not None]
     served = sglang.served_s[before_served:]
     generations = len(sglang.requests) - before_generations
@@ -233,12 +235,18 @@ def main(argv: list[str] | None = None) -> int:
             for width in widths:
                 results.append(run_width(controller, sglang, procs, record, kwargs, width, args.timeout_s))
                 print(json.dumps(asdict(results[-1])), flush=True)
+        failed = not all(w.lost == 0 and w.duplicated_ids == 0 and w.orphans == 0 for w in results)
+        if failed:
+            kept = Path(tempfile.mkdtemp(prefix="bench-proxy-width-logs-"))
+            shutil.copytree(root / "logs", kept / "logs")
+            shutil.copytree(record, kept / "rows")
+            print(f"something was lost, duplicated or orphaned: the workers' logs and rows are in {kept}")
     print(f"{args.generate_ms:g} ms a generation + {args.per_in_flight_ms:g} ms per other in flight, "
           f"user {args.user_ms} ms, {os.cpu_count()} cores")
     print(table(results))
     if args.json:
         args.json.write_text(json.dumps([asdict(w) for w in results], indent=2) + "\n")
-    return 0 if all(w.lost == 0 and w.duplicated_ids == 0 and w.orphans == 0 for w in results) else 1
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -5,19 +5,25 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import random
 
 import pytest
 from areal.experimental.openai import client
 from areal.utils import hf_utils
+from tokenizers import AddedToken
+from transformers import AutoTokenizer
 
 from examples.tau2.compat import UnsupportedVersion
-from examples.tau2.compat.serving_render import ServingEngine
+from examples.tau2.compat.serving_render import ServingEngine, template_inputs
+from examples.tau2.cpu.tiny_model import tokenizer_dir
+from examples.tau2.episode import domain as tau2_domain
 from examples.tau2.training.served_prompt import (
     AREAL_RENDERING,
     PARITY_RECORD_ENV,
     REQUEST_TOOL_CHOICE,
     SERVING_ENGINE_ENV,
     TOOL_CHOICE_WRAPPER,
+    PieceEncoder,
     ServingTemplate,
     install_from_env,
     install_proxy_rendering,
@@ -142,3 +148,72 @@ def test_auto_follows_the_rollout_backend():
     assert serving_engine_name("auto", "sglang") == "sglang"
     assert serving_engine_name("auto", "vllm") == "vllm"
     assert serving_engine_name("vllm", "sglang") == "vllm"
+
+
+FRAGMENTS = ["<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>", "<think>", "</think>",
+             "<tool_response>", "<|endoftext|>", "<|im_end|", "<tool_call", "\n", "\n\n", " ", "   ", "\t",
+             "assistant", "user\n", "Hello, world.", "e\u0301", "\u0301", "caf\u00e9", "ﬁ", "😀", "東京",
+             "12345", '{"user_id": "amelia_davis_8890"}', "  leading", "trailing  ", "'s", "'S", "don't"]
+"""Pieces of a prompt that stress where a tokenizer cuts: its added tokens and near-misses of them,
+whitespace runs, combining marks (NFC joins `e` and U+0301) right after an added token, ligatures,
+emoji, CJK, digits and contractions."""
+
+
+def prompt_pairs(tok, engine: ServingEngine) -> list[tuple[list[int], list[int]]]:
+    """(the piece encoder's ids, the tokenizer's own) for every built-in domain's system prompt and tools
+    in a conversation with a tool call, its result and a thinking reply, rendered as `engine`'s server."""
+    pairs = []
+    for name in ("mock", "airline", "retail", "telecom"):
+        env = tau2_domain.make_environment(name)
+        tools = [t.openai_schema for t in env.get_tools()]
+        call = {"id": "c1", "type": "function",
+                "function": {"name": tools[0]["function"]["name"], "arguments": '{"id": "x1"}'}}
+        messages = [{"role": "system", "content": env.get_policy()},
+                    {"role": "user", "content": "Hi, I'd like to change my reservation — café at 10:30? 😀"},
+                    {"role": "assistant", "content": "<think>\nLook it up.\n</think>\n\n",
+                     "tool_calls": [call]},
+                    {"role": "tool", "tool_call_id": "c1", "content": '{"status": "ok", "items": [1, 2]}'},
+                    {"role": "assistant", "content": "Done.  Anything else?"},
+                    {"role": "user", "content": "No<|im_end|> thanks e\u0301"}]
+        template = ServingTemplate(engine, hf_utils.apply_chat_template, None)
+        ours = template(tok, messages, tools=tools, add_generation_prompt=True)
+        rendered, rendered_tools = template_inputs(engine, messages, tools, "auto")
+        theirs = hf_utils.apply_chat_template(tok, rendered, tools=rendered_tools, add_generation_prompt=True)
+        pairs.append((ours, theirs))
+    return pairs
+
+
+def test_the_piece_encoder_gives_the_tokenizers_own_ids():
+    """On 600 random strings of `FRAGMENTS` and on every built-in domain's prompt, as each engine renders
+    it; the pieces are cached: the second encoding of a prompt encodes nothing new."""
+    tok = AutoTokenizer.from_pretrained(tokenizer_dir())
+    encoder = PieceEncoder(tok)
+    assert encoder.exact
+    rng = random.Random(0)
+    for _ in range(600):
+        text = "".join(rng.choice(FRAGMENTS) for _ in range(rng.randint(1, 40)))
+        assert encoder.encode(text) == tok(text, add_special_tokens=False)["input_ids"], repr(text)
+    for engine in ServingEngine:
+        for ours, theirs in prompt_pairs(tok, engine):
+            assert ours == theirs and len(ours) > 100
+    text = "<|im_start|>system\nHello<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+    encoder.encode(text)
+    misses = encoder._piece.cache_info().misses
+    assert encoder.encode(text) == tok(text, add_special_tokens=False)["input_ids"]
+    assert encoder._piece.cache_info().misses == misses
+
+
+def test_a_tokenizer_whose_added_tokens_strip_is_tokenized_whole():
+    """An added token with lstrip (or rstrip, single_word, normalized) cuts its neighbours too: the
+    template's own tokenization runs, as AReaL's."""
+    tok = AutoTokenizer.from_pretrained(tokenizer_dir())
+    tok.add_tokens([AddedToken("<sep>", lstrip=True)])
+    assert not PieceEncoder(tok).exact
+    calls = []
+
+    def original(tokenizer, messages, tools=None, tokenize=True, **kw):
+        calls.append(tokenize)
+        return [1, 2, 3] if tokenize else "text"
+
+    assert ServingTemplate(None, original, None)(tok, [{"role": "user", "content": "x"}]) == [1, 2, 3]
+    assert calls == [True]

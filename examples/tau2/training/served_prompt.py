@@ -14,8 +14,9 @@ import functools
 import inspect
 import json
 import os
+import re
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -92,22 +93,63 @@ class RequestRecorder:
             f.write(line + "\n")
 
 
+class PieceEncoder:
+    """A tokenizer's ids for a rendered prompt, each piece between two added tokens (`<|im_start|>`,
+    `<tool_call>`, ...) encoded once a process. Exact: the tokenizer itself cuts the text at its added
+    tokens before it normalizes and pre-tokenizes each piece alone, so a prompt's ids are its pieces' ids
+    in order; and an episode's every prompt repeats the pieces of the one before (the system prompt with
+    its tools, ~4,800 of airline's tokens, is one piece for all episodes). `exact` is False for a tokenizer
+    whose added tokens strip, match whole words or match normalized text: those cut differently."""
+
+    def __init__(self, tokenizer: Any, pieces: int = 16384):
+        added = getattr(tokenizer, "added_tokens_decoder", None) or {}
+        backend = getattr(tokenizer, "backend_tokenizer", None)  # a slow tokenizer has none: not exact
+        self.exact = backend is not None and bool(added) and not any(
+            t.lstrip or t.rstrip or t.single_word or t.normalized for t in added.values())
+        self.ids = {t.content: i for i, t in added.items()}
+        self._cut = re.compile("(" + "|".join(map(re.escape, sorted(self.ids, key=len, reverse=True))) + ")")
+        self._piece = functools.lru_cache(maxsize=pieces)(
+            lambda piece: tuple(backend.encode(piece, add_special_tokens=False).ids))
+
+    def encode(self, text: str) -> list[int]:
+        ids: list[int] = []
+        for i, part in enumerate(self._cut.split(text)):
+            if i % 2:
+                ids.append(self.ids[part])
+            elif part:
+                ids.extend(self._piece(part))
+        return ids
+
+
 @dataclass(eq=False)  # compared and hashed by identity, as AReaL's function
 class ServingTemplate:
     """AReaL's `apply_chat_template`, fed the messages and tools as `engine`'s server builds them for the
-    request's `tool_choice` (None: as AReaL does)."""
+    request's `tool_choice` (None: as AReaL does); the text it renders is tokenized by `PieceEncoder`
+    (tokenizing the whole prompt again each turn was over half of AReaL's proxy's CPU: bench/RESULTS.md
+    "Through AReaL's rollout worker and proxy at width")."""
 
     engine: ServingEngine | None
     original: Any
     recorder: RequestRecorder | None
+    encoders: dict[int, tuple[Any, PieceEncoder]] = field(default_factory=dict)
+    """Per tokenizer, by identity, beside the tokenizer itself (so that its id is not reused)."""
 
     def __call__(self, tokenizer: Any, messages: list[dict[str, Any]], *, tools: Any = None,
-                 **kwargs: Any) -> Any:
+                 tokenize: bool = True, **kwargs: Any) -> Any:
         tool_choice = REQUEST_TOOL_CHOICE.get()
         rendered_messages, rendered_tools = ((messages, tools) if self.engine is None else
                                              template_inputs(self.engine, messages, tools, tool_choice))
-        result = self.original(tokenizer, rendered_messages, tools=rendered_tools, **kwargs)
-        if self.recorder is not None and kwargs.get("tokenize", True):
+        encoder = None
+        if tokenize:
+            _, encoder = self.encoders.get(id(tokenizer)) or self.encoders.setdefault(
+                id(tokenizer), (tokenizer, PieceEncoder(tokenizer)))
+        if encoder is None or not encoder.exact:
+            result = self.original(tokenizer, rendered_messages, tools=rendered_tools, tokenize=tokenize,
+                                   **kwargs)
+        else:
+            result = encoder.encode(self.original(tokenizer, rendered_messages, tools=rendered_tools,
+                                                  tokenize=False, **kwargs))
+        if self.recorder is not None and tokenize:
             self.recorder.write(messages, tools, result, tool_choice)
         return result
 
