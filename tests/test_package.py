@@ -458,3 +458,26 @@ def test_every_command_and_econfig_key_a_doc_shows_exists_and_a_planted_one_is_c
     renamed = {"README.md": "`econfig.domain=airline` after `tau2_rl.sh smoke`"}
     assert unknown_names(renamed, commands - {"smoke"}, fields - {"domain"}) == [
         "README.md: tau2_rl.sh smoke", "README.md: econfig.domain"]
+
+
+def unknown_flags(pages: dict[str, str], code: str) -> list[str]:
+    """`page: --flag` for each flag on a `tau2_rl.sh` command line in a doc (in backticks or an indented
+    block) that no script, module or config of the repository mentions."""
+    unknown = []
+    for rel, text in pages.items():
+        lines = (re.findall(r"`([^`\n]*tau2_rl\.sh[^`\n]*)`", text)
+                 + re.findall(r"^ {4}(.*tau2_rl\.sh.*)$", text, re.MULTILINE))
+        unknown += [f"{rel}: {flag}" for line in lines
+                    for flag in re.findall(r"(?<![\w-])--[a-z][a-z0-9-]+", line) if flag not in code]
+    return unknown
+
+
+def test_every_flag_a_doc_gives_tau2_rl_sh_exists_and_a_planted_one_is_caught():
+    files = subprocess.run(["git", "ls-files", "*.py", "*.sh", "*.yaml"], cwd=REPO, capture_output=True,
+                           text=True, check=True).stdout.split()
+    code = "\n".join((REPO / f).read_text(encoding="utf-8", errors="replace") for f in files
+                     if (REPO / f).is_file() and not f.startswith("tests/"))  # the product's, not a test's
+    pages = {rel: (REPO / rel).read_text(encoding="utf-8") for rel in tracked_markdown()}
+    assert not unknown_flags(pages, code), "\n".join(unknown_flags(pages, code))
+    planted = {"README.md": "`bash examples/tau2/tau2_rl.sh learn --seeds 1 --no-such-flag`"}
+    assert unknown_flags(planted, code) == ["README.md: --no-such-flag"]
