@@ -35,6 +35,7 @@ import psutil
 from areal.infra.rpc.rtensor import RTensor
 
 from bench.scripted_sglang import TASK, ScriptedSGLang, rollout_config, rollout_controller
+from examples.tau2.cpu.async_checks import ROWS, load_groups
 from examples.tau2.cpu.scripted_endpoint import EndpointProcess
 from examples.tau2.runtime.process import setup_runtime
 from examples.tau2.tau2_train import WORKFLOW
@@ -123,11 +124,6 @@ def rollout_processes(proxy_addr: str) -> dict[str, psutil.Process]:
     return found
 
 
-def recorded_groups(folder: Path) -> list[dict]:
-    return [json.loads(line) for f in sorted(folder.glob("rows-*.jsonl"))
-            for line in f.read_text().splitlines()]
-
-
 def audit(groups: list[dict]) -> dict[str, int]:
     """Per recorded group's episodes: scored (its rows are exactly the turns it took) or rejected (a reason,
     no rows); anything else is lost. Completion ids in more than one row are duplicated."""
@@ -150,10 +146,10 @@ def audit(groups: list[dict]) -> dict[str, int]:
     return {"scored": scored, "rejected": rejected, "lost": lost, "rows": rows, "duplicated_ids": duplicated}
 
 
-def run_width(controller, sglang: ScriptedSGLang, procs: dict[str, psutil.Process], record: Path,
+def run_width(controller, sglang: ScriptedSGLang, procs: dict[str, psutil.Process], root: Path,
               kwargs: dict, episodes: int, timeout_s: float) -> Width:
     groups = episodes // GROUP_SIZE
-    before_groups, before_generations = len(recorded_groups(record)), len(sglang.requests)
+    before_groups, before_generations = len(load_groups(root)), len(sglang.requests)
     before_served = len(sglang.served_s)
     sglang.max_in_flight = 0
     controller.export_stats()  # clears the worker's tracker: the figures below are this batch's
@@ -164,7 +160,7 @@ def run_width(controller, sglang: ScriptedSGLang, procs: dict[str, psutil.Proces
         results = controller.wait(groups, timeout=timeout_s)
         wall = time.monotonic() - start
     stats = controller.export_stats()
-    mine = recorded_groups(record)[before_groups:]
+    mine = load_groups(root)[before_groups:]
     counts = audit(mine)
     counts["lost"] += episodes - sum(len(g["episodes"]) for g in mine)  # of groups that never ended
     kept = [RTensor.localize(r) for r in results if r is not None]
@@ -218,10 +214,10 @@ def main(argv: list[str] | None = None) -> int:
     with (tempfile.TemporaryDirectory(prefix="bench-proxy-width-") as tmp,
           ScriptedSGLang(delay_s=args.generate_ms / 1000, delay_per_in_flight_s=args.per_in_flight_ms / 1000)
           as sglang, EndpointProcess() as user):
-        root, record = Path(tmp), Path(tmp) / "rows"
+        root = Path(tmp)
         groups = max(widths) // GROUP_SIZE
         config = rollout_config(root, turn_discount=1.0, env={SERVING_ENGINE_ENV: "sglang",
-                                                              ROWS_RECORD_ENV: str(record)},
+                                                              ROWS_RECORD_ENV: str(root / ROWS)},
                                 max_concurrent_rollouts=groups,
                                 max_head_offpolicyness=sum(widths) // GROUP_SIZE + 1)
         kwargs = dict(user_base_url=user.url, user_model=f"user@{args.user_ms}", agent_model="default",
@@ -233,13 +229,13 @@ def main(argv: list[str] | None = None) -> int:
                                      group_size=GROUP_SIZE)
             procs = rollout_processes(controller.proxy_addrs[0])
             for width in widths:
-                results.append(run_width(controller, sglang, procs, record, kwargs, width, args.timeout_s))
+                results.append(run_width(controller, sglang, procs, root, kwargs, width, args.timeout_s))
                 print(json.dumps(asdict(results[-1])), flush=True)
         failed = not all(w.lost == 0 and w.duplicated_ids == 0 and w.orphans == 0 for w in results)
         if failed:
             kept = Path(tempfile.mkdtemp(prefix="bench-proxy-width-logs-"))
             shutil.copytree(root / "logs", kept / "logs")
-            shutil.copytree(record, kept / "rows")
+            shutil.copytree(root / ROWS, kept / ROWS)
             print(f"something was lost, duplicated or orphaned: the workers' logs and rows are in {kept}")
     print(f"{args.generate_ms:g} ms a generation + {args.per_in_flight_ms:g} ms per other in flight, "
           f"user {args.user_ms} ms, {os.cpu_count()} cores")

@@ -206,10 +206,8 @@ LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 
 def test_every_file_the_docs_name_or_link_exists():
     """Repository paths in the Markdown (`examples/...`, `scripts/...`, ...) and relative links exist."""
-    tracked = subprocess.run(["git", "ls-files", "*.md"], cwd=REPO, capture_output=True, text=True,
-                             check=True).stdout.split()
     missing = []
-    for rel in tracked:
+    for rel in tracked_markdown():
         text = (REPO / rel).read_text(encoding="utf-8")
         for path in REPO_PATH.findall(text):
             if not any(p.exists() for p in (REPO / path, REPO / Path(rel).parent / path)):

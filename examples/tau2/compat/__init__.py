@@ -24,7 +24,8 @@ class UnsupportedVersion(RuntimeError):
 @functools.cache
 def installed_version(package: str) -> str:
     """The installed version of `package`, or "not installed". Read once a process: the proxy checks the
-    SGLang rendering's version on every request, and reading the metadata was an eighth of its CPU."""
+    SGLang rendering's version on every request (its cost: bench/RESULTS.md, "Through AReaL's rollout
+    worker and proxy at width")."""
     try:
         return importlib.metadata.version(package)
     except importlib.metadata.PackageNotFoundError:

@@ -125,7 +125,7 @@ class PieceEncoder:
 class ServingTemplate:
     """AReaL's `apply_chat_template`, fed the messages and tools as `engine`'s server builds them for the
     request's `tool_choice` (None: as AReaL does); the text it renders is tokenized by `PieceEncoder`
-    (tokenizing the whole prompt again each turn was over half of AReaL's proxy's CPU: bench/RESULTS.md
+    (AReaL tokenizes the whole prompt again each turn, the proxy's largest cost: bench/RESULTS.md
     "Through AReaL's rollout worker and proxy at width")."""
 
     engine: ServingEngine | None
@@ -139,19 +139,21 @@ class ServingTemplate:
         tool_choice = REQUEST_TOOL_CHOICE.get()
         rendered_messages, rendered_tools = ((messages, tools) if self.engine is None else
                                              template_inputs(self.engine, messages, tools, tool_choice))
-        encoder = None
-        if tokenize:
-            _, encoder = self.encoders.get(id(tokenizer)) or self.encoders.setdefault(
-                id(tokenizer), (tokenizer, PieceEncoder(tokenizer)))
-        if encoder is None or not encoder.exact:
-            result = self.original(tokenizer, rendered_messages, tools=rendered_tools, tokenize=tokenize,
-                                   **kwargs)
-        else:
+        encoder = self._encoder(tokenizer) if tokenize else None
+        if encoder is not None and encoder.exact:
             result = encoder.encode(self.original(tokenizer, rendered_messages, tools=rendered_tools,
                                                   tokenize=False, **kwargs))
+        else:
+            result = self.original(tokenizer, rendered_messages, tools=rendered_tools, tokenize=tokenize,
+                                   **kwargs)
         if self.recorder is not None and tokenize:
             self.recorder.write(messages, tools, result, tool_choice)
         return result
+
+    def _encoder(self, tokenizer: Any) -> PieceEncoder:
+        if id(tokenizer) not in self.encoders:
+            self.encoders[id(tokenizer)] = (tokenizer, PieceEncoder(tokenizer))
+        return self.encoders[id(tokenizer)][1]
 
 
 def install_proxy_rendering(engine: ServingEngine | None, record_dir: str | None = None,
