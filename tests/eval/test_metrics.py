@@ -17,6 +17,7 @@ from examples.tau2.eval.metrics import (
     BootstrapConfig,
     Interval,
     TaskCounts,
+    TaskTrust,
     TrialRecord,
     compute_report,
     final_trials,
@@ -26,6 +27,7 @@ from examples.tau2.eval.metrics import (
     pass_hat_k,
     percentile_interval,
     resampled_means,
+    stall_warning,
     task_counts,
     task_values,
 )
@@ -179,6 +181,62 @@ def test_markdown_shows_every_group_and_marks_values_over_fewer_tasks():
     assert "Intervals: 95% percentile bootstrap over tasks" in md and "10000 resamples, seed 0" in md
     plain = format_markdown(compute_report(records, max_k=2, bootstrap=None)).splitlines()
     assert "| airline | 1 | 1.000 | 1.000 |" in plain and not any("Intervals" in line for line in plain)
+
+
+TRUST = TaskTrust(rewards_nothing={"airline": frozenset({"free"})},
+                  rewards_partial={"airline": frozenset({"half"}), "retail": frozenset({"x"})})
+
+
+def test_trusted_pass_hat_k_leaves_out_the_tasks_that_pay_for_less_than_the_job():
+    """airline: `free` 2/2 (a do-nothing agent passes it), `half` 2/2 (pays for half the job), `work` 1/2,
+    `hard` 0/2; retail: `r` 2/2. Officially airline's pass^1 is (1 + 1 + 1/2 + 0)/4; trusted (1/2 + 0)/2."""
+    records = [scored("airline", t, i, r) for t, rs in (("free", (1, 1)), ("half", (1, 1)), ("work", (1, 0)),
+                                                      ("hard", (0, 0))) for i, r in enumerate(rs)]
+    records += [scored("retail", "r", i, 1.0) for i in range(2)] + [rejected("airline", "hard", 2)]
+    report = compute_report(records, max_k=2, trust=TRUST)
+    airline, overall = report.domains["airline"], report.overall
+    assert airline.pass_hat_k == {1: 0.625, 2: 0.5}
+    assert airline.trusted.tasks == 2 and airline.trusted.pass_hat_k == {1: 0.25, 2: 0.0}
+    t = airline.trusted
+    assert (t.free_tasks, t.free_successes, t.successes) == (1, 2, 5)
+    assert airline.trusted.stall_share == 0.4
+    assert overall.trusted.tasks == 3 and overall.trusted.pass_hat_k[1] == pytest.approx(0.5)
+    assert overall.trusted.stall_share == pytest.approx(2 / 7)
+    assert report.domains["retail"].trusted.stall_share == 0.0
+    # Its intervals come from the trusted tasks alone: airline's two give means 0, 1/4 and 1/2 only.
+    assert airline.trusted.pass_hat_k_ci[1] == Interval(0.0, 0.5)
+    assert report.to_json()["domains"]["airline"]["trusted"]["stall_share"] == 0.4
+    md = format_markdown(report).splitlines()
+    assert "| airline | 2 | 0.250 [0.000, 0.500] | 0.000 [0.000, 0.000] | 2 of 5 (40 %) |" in md
+    # airline's trusted pass^1 is under half its official one: named; overall's (0.5 of 0.7) is not.
+    assert [line.split()[1] for line in md if line.startswith("**Stalling:**")] == ["airline:"]
+    assert compute_report(records, max_k=2).domains["airline"].trusted is None  # not known: not guessed
+
+
+def test_a_stalling_policy_is_named_and_a_working_one_is_not():
+    """A policy that passes only the task a do-nothing agent passes scores 1/3 officially, 0 on the
+    trusted tasks, and every success is a stall: the report says so. One that does the work does not."""
+    stalls = [scored("airline", t, 0, 1.0 if t == "free" else 0.0) for t in ("free", "work", "hard")]
+    works = [scored("airline", t, 0, 1.0) for t in ("free", "work", "hard")]
+    stalling = compute_report(stalls, max_k=1, trust=TRUST)
+    assert stalling.overall.pass_hat_k[1] == pytest.approx(1 / 3)
+    assert stalling.overall.trusted.pass_hat_k[1] == 0
+    assert stalling.overall.trusted.stall_share == 1.0
+    assert stall_warning(stalling.overall) == (
+        "overall: pass^1 is 0.333 on all tasks but 0.000 on the 2 trusted ones, and 1 of its 1 successes "
+        "(100 %) came from tasks a do-nothing agent passes: the policy stalls more than it works")
+    assert "**Stalling:** airline: pass^1 is 0.333" in format_markdown(stalling)
+    working = compute_report(works, max_k=1, trust=TRUST)
+    assert working.overall.trusted.stall_share == pytest.approx(1 / 3)
+    assert stall_warning(working.overall) == ""
+    assert compute_report([scored("airline", "work", 0, 0.0)], max_k=1, trust=TRUST).overall.trusted \
+        .stall_share is None
+
+
+def test_task_trust_round_trips_through_json():
+    assert TaskTrust.from_json(json.loads(json.dumps(TRUST.to_json()))) == TRUST
+    assert TRUST.trusted("airline", "work") and not TRUST.trusted("airline", "half")
+    assert TRUST.free("airline", "free") and not TRUST.free("retail", "x") and TRUST.trusted("mock", "free")
 
 
 # ---------------------------------------------------------------- bootstrap intervals

@@ -61,9 +61,9 @@ class PolicyScore:
     """Percentile bootstrap over tasks (eval.evaluate's pass^1 interval)."""
     episodes: int
     tasks: int = 0
-    unflagged_success_rate: float | None = None
-    """The success rate over the tasks no do-nothing or half-done agent passes (None: no such task)."""
-    unflagged_tasks: int = 0
+    trusted_pass1: float | None = None
+    """pass^1 over the tasks no do-nothing or half-done agent passes (None: no such task)."""
+    trusted_tasks: int = 0
 
 
 @dataclass
@@ -181,12 +181,12 @@ def evaluate_served_policy(url: str, name: str, out_dir: Path, config: Tau2Smoke
     results = json.loads((out_dir / "results.json").read_text())
     report = results["report"]["domains"][e.domain]
     interval = report["pass_hat_k_ci"]["1"]
-    unflagged = results.get("unflagged", {}).get(e.domain, {})
+    trusted = report.get("trusted") or {}
     return PolicyScore(eval_dir=str(out_dir), success_rate=report["success_rate"],
                        interval=(float(interval["low"]), float(interval["high"])),
                        episodes=report["num_valid_trials"], tasks=report["num_tasks"],
-                       unflagged_success_rate=unflagged.get("success_rate"),
-                       unflagged_tasks=unflagged.get("tasks", 0))
+                       trusted_pass1=(trusted.get("pass_hat_k") or {}).get("1"),
+                       trusted_tasks=trusted.get("tasks", 0))
 
 
 class ProgressPrinter:
@@ -344,9 +344,9 @@ def table(results: list[SeedResult], trials: int) -> str:
                          f"{n['mixed_batches']} batches of two versions, "
                          f"staleness at most {n['staleness_max']}")
     for r in results:
-        b, a = r.before.unflagged_success_rate, r.after.unflagged_success_rate
-        if r.after.unflagged_tasks < r.after.tasks and b is not None and a is not None:
-            lines.append(f"- seed {r.seed}, on the {r.after.unflagged_tasks} tasks no do-nothing or "
+        b, a = r.before.trusted_pass1, r.after.trusted_pass1
+        if r.after.trusted_tasks < r.after.tasks and b is not None and a is not None:
+            lines.append(f"- seed {r.seed}, on the {r.after.trusted_tasks} tasks no do-nothing or "
                          f"half-done agent passes (tau2_rl.sh check-tasks): {b:.3f} → {a:.3f} ({a - b:+.3f})")
     for r in results:
         lines += [f"- seed {r.seed}: {p}" for p in r.smoke_problems]

@@ -31,8 +31,11 @@ Policies (the request's `model`, optionally `@<ms>` for added latency, e.g. `ora
                 match wins, `*` matches any task or seed, no match plays `empty`; e.g.
                 `route:7.0=oracle;7.1=oracle;*.2=error500`.
   coin<P>       oracle on about P% of trials and `empty` on the rest, by a hash of (task, seed).
-                `route:` and `coin<P>` learn the trial's seed from the user simulator's request in
-                the same episode (tau2 sends `seed` to the user only); without one they answer 400.
+  stall<P>      the same with `noop` for the rest: a policy that mostly stalls, so that it passes the
+                tasks a do-nothing agent passes and few others.
+                `route:`, `coin<P>` and `stall<P>` learn the trial's seed from the user simulator's
+                request in the same episode (tau2 sends `seed` to the user only); without one they
+                answer 400.
 User simulators:
   user          scripted: greets, runs PLEASE_RUN tool calls, stops on DONE_ALL or a refusal.
   user-scenario like `user`, but opens with the task's own instructions (read from the user
@@ -247,6 +250,8 @@ def scenario_user_reply(messages: list[dict]) -> dict[str, Any]:
 
 
 ROUTE_PREFIX = "route:"
+COIN = r"(coin|stall)(\d+)"
+"""`coin<P>` and `stall<P>`: the ground truth on about P% of trials, `empty` or `noop` on the rest."""
 
 
 def judge_reply(messages: list[dict], met: bool) -> str:
@@ -255,11 +260,13 @@ def judge_reply(messages: list[dict], met: bool) -> str:
 
 
 def trial_policy(model: str, task: str, seed: int) -> str:
-    """The policy a `route:` or `coin<P>` model plays in one trial (`task` is "<domain>/<task_id>")."""
-    coin = re.fullmatch(r"coin(\d+)", model)
+    """The policy a `route:`, `coin<P>` or `stall<P>` model plays in one trial (`task` is
+    "<domain>/<task_id>")."""
+    coin = re.fullmatch(COIN, model)
     if coin:
         digest = hashlib.blake2b(f"{task}#{seed}".encode(), digest_size=8).digest()
-        return "oracle" if int.from_bytes(digest, "big") % 100 < int(coin.group(1)) else "empty"
+        works = int.from_bytes(digest, "big") % 100 < int(coin.group(2))
+        return "oracle" if works else "empty" if coin.group(1) == "coin" else "noop"
     task_id = task.partition("/")[2]
     for rule in model.removeprefix(ROUTE_PREFIX).split(";"):
         lhs, eq, policy = rule.rpartition("=")
@@ -336,7 +343,7 @@ class ScriptedEndpoint:
         episode = request.headers.get(EPISODE_HEADER, "")
         if body.get("seed") is not None and episode:
             self._seeds[episode] = int(body["seed"])
-        if model.startswith(ROUTE_PREFIX) or re.fullmatch(r"coin\d+", model):
+        if model.startswith(ROUTE_PREFIX) or re.fullmatch(COIN, model):
             seed = self._seeds.get(episode)
             if seed is None:
                 return web.json_response(

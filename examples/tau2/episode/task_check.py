@@ -215,18 +215,22 @@ def _table() -> dict[str, Any]:
     return json.loads(TABLE.read_text())
 
 
-def flagged_task_ids(domain: str, cache_dir: Path | None = None) -> frozenset[str]:
-    """The tasks of `domain` that pay for nothing or for a partial job, under the installed τ² release:
-    from the committed table for a built-in domain, else checked once and cached on disk, keyed by the
-    domain's code and data (`domain_fingerprint`) and every task."""
+PAYING_FLAGS = (Flag.REWARDS_NOTHING, Flag.REWARDS_PARTIAL)
+"""The flags that say a reward pays for less than the job: training leaves these tasks out, evaluation
+reports pass^k without them."""
+
+
+def paying_flags(domain: str, cache_dir: Path | None = None) -> dict[Flag, frozenset[str]]:
+    """Each of `PAYING_FLAGS` -> the tasks of `domain` it marks under the installed τ² release: from the
+    committed table for a built-in domain, else checked once and cached on disk, keyed by the domain's code
+    and data (`domain_fingerprint`) and every task."""
     from examples.tau2.episode import domain as tau2_domain
 
     release = installed_release().label
-    skip = {Flag.REWARDS_NOTHING.value, Flag.REWARDS_PARTIAL.value}  # unless econfig.train_on_flagged
     if tau2_domain.is_builtin(domain) and TABLE.is_file():
         known = _table().get("releases", {}).get(release, {}).get(domain)
         if known is not None:
-            return frozenset(t for flag in skip for t in known.get(flag, []))
+            return {flag: frozenset(known.get(flag.value, [])) for flag in PAYING_FLAGS}
     tasks = {t: tau2_domain.get_task(domain, t).model_dump(mode="json")
              for ids in tau2_domain.splits(domain).values() for t in ids}
     key = fingerprint({"release": release, "domain": domain_fingerprint(domain), "tasks": tasks})
@@ -236,7 +240,13 @@ def flagged_task_ids(domain: str, cache_dir: Path | None = None) -> frozenset[st
     else:
         flags = {c.task_id: c.flags for c in check_domain_tasks(domain)}
         write_atomic(path, json.dumps(flags, sort_keys=True))
-    return frozenset(t for t, f in flags.items() if skip & set(f))
+    return {flag: frozenset(t for t, f in flags.items() if flag.value in f) for flag in PAYING_FLAGS}
+
+
+def flagged_task_ids(domain: str, cache_dir: Path | None = None) -> frozenset[str]:
+    """The tasks of `domain` that pay for nothing or for a partial job (`paying_flags`): left out of
+    training unless `econfig.train_on_flagged`."""
+    return frozenset().union(*paying_flags(domain, cache_dir).values())
 
 
 def domain_fingerprint(domain: str) -> dict[str, str]:

@@ -34,16 +34,24 @@ from typing import Any
 
 import numpy as np
 
-from examples.tau2.eval.evaluate import RUN_FILE, TRIALS_FILE, settings_differences, upgrade_settings
+from examples.tau2.eval.evaluate import (
+    RUN_FILE,
+    TRIALS_FILE,
+    TRUST_KEY,
+    settings_differences,
+    upgrade_settings,
+)
 from examples.tau2.eval.metrics import (
     DEFAULT_BOOTSTRAP,
     OVERALL,
     BootstrapConfig,
     Interval,
     TaskCounts,
+    TaskTrust,
     TrialRecord,
     compute_report,
     format_interval,
+    format_share,
     markdown_table,
     percentile_interval,
     resampled_means,
@@ -67,6 +75,9 @@ PAIRED_METHOD = (
     "together, each keeping both runs' unbiased estimates); overall is stratified (tasks resampled "
     "within each domain)"
 )
+UNRECORDED_TRUST = ("No trusted pass^k: some run did not record which tasks pay for doing nothing "
+                    "(evaluated before evaluations recorded it); rerun its eval.evaluate command, which "
+                    "resumes with every trial scored and records it.")
 AGGREGATE_FILES = ("aggregate.md", "aggregate.json", "aggregate.png")
 COMPARE_FILES = ("compare.md", "compare.json", "compare.png")
 
@@ -78,6 +89,9 @@ class EvalRun:
     path: Path
     settings: dict[str, Any]
     records: list[TrialRecord]
+    trust: TaskTrust | None = None
+    """Which tasks pay for less than the job, as the evaluation recorded them (None: a run recorded
+    before evaluations recorded it; resuming it with its command records it)."""
 
     @property
     def domains(self) -> list[str]:
@@ -100,7 +114,9 @@ def load_run(path: Path) -> EvalRun:
     if not run_file.is_file():
         raise ValueError(f"{path} has no {RUN_FILE}: not a eval.evaluate output directory")
     try:
-        settings = upgrade_settings(json.loads(run_file.read_text(encoding="utf-8"))["settings"])
+        run = json.loads(run_file.read_text(encoding="utf-8"))
+        settings = upgrade_settings(run["settings"])
+        trust = TaskTrust.from_json(run[TRUST_KEY]) if TRUST_KEY in run else None
         missing = [k for k in SHAPE_KEYS if k not in settings]
     except (ValueError, KeyError, TypeError) as e:
         raise ValueError(f"{run_file} is not a eval.evaluate run file ({e})") from None
@@ -120,7 +136,7 @@ def load_run(path: Path) -> EvalRun:
             raise ValueError(f"line {n} of {trials_file} is not a trial record ({e})") from None
     if not any(r.scored for r in records):
         raise ValueError(f"{path} has no scored trial")
-    return EvalRun(path=path, settings=settings, records=records)
+    return EvalRun(path=path, settings=settings, records=records, trust=trust)
 
 
 def _differences(first: EvalRun, other: EvalRun) -> dict[str, list[str]]:
@@ -182,6 +198,10 @@ class AggregateGroup:
     tasks: int
     pass_hat_k: dict[int, Spread]
     pass_at_k: dict[int, Spread]
+    trusted_pass_hat_k: dict[int, Spread] | None = None
+    """pass^k on the tasks that pay only for the job done; None when some run did not record which."""
+    stall_share: Spread | None = None
+    """The share of each run's successes on tasks a do-nothing agent passes."""
 
 
 @dataclass(frozen=True)
@@ -231,15 +251,20 @@ def aggregate(runs: Sequence[EvalRun], allow_different_settings: bool = False) -
             )
         noted += [f"run {i}: {d}" for lines in diffs.values() for d in lines]
     max_k, domains = first.trials, first.domains
-    reports = [compute_report(run.records, max_k=max_k, bootstrap=None) for run in runs]
+    reports = [compute_report(run.records, max_k=max_k, bootstrap=None, trust=run.trust) for run in runs]
+    known = all(run.trust is not None for run in runs)
 
     def group(name: str, tasks: int) -> AggregateGroup:
         groups = [rep.overall if name == OVERALL else rep.domains.get(name) for rep in reports]
+        trusted = [g.trusted if g else None for g in groups]
         ks = range(1, max_k + 1)
         return AggregateGroup(
             name=name, tasks=tasks,
             pass_hat_k={k: spread([g.pass_hat_k[k] if g else None for g in groups]) for k in ks},
             pass_at_k={k: spread([g.pass_at_k[k] if g else None for g in groups]) for k in ks},
+            trusted_pass_hat_k={k: spread([t.pass_hat_k[k] if t else None for t in trusted]) for k in ks}
+            if known else None,
+            stall_share=spread([t.stall_share if t else None for t in trusted]) if known else None,
         )
 
     per_domain = {d: group(d, len(first.settings["tasks"][d])) for d in domains}
@@ -279,6 +304,14 @@ def format_aggregate(agg: Aggregate) -> str:
         rows = [[g.name, str(g.tasks), *(_fmt_spread(getattr(g, attr)[k], len(agg.runs)) for k in ks)]
                 for g in agg.groups()]
         out += markdown_table(["domain", "tasks", *(f"pass{symbol}{k}" for k in ks)], rows)
+    if all(g.trusted_pass_hat_k is not None for g in agg.groups()):
+        out += ["", "### pass^k on the trusted tasks (those a do-nothing or half-done agent fails)", ""]
+        rows = [[g.name, *(_fmt_spread(g.trusted_pass_hat_k[k], len(agg.runs)) for k in ks),  # type: ignore[index]
+                 _fmt_spread(g.stall_share, len(agg.runs))] for g in agg.groups()]  # type: ignore[arg-type]
+        out += markdown_table(["domain", *(f"pass^{k}" for k in ks),
+                               "share of successes that pay for nothing"], rows)
+    else:
+        out += ["", UNRECORDED_TRUST]
     out += ["", "### Runs", ""]
     rows = [
         [str(i), f"`{r.path}`", f"`{r.policy_model}`",
@@ -319,6 +352,11 @@ class ComparisonGroup:
     only_b: int
     pass_hat_k: dict[int, PairedDifference]
     pass_at_k: dict[int, PairedDifference]
+    trusted_pass_hat_k: dict[int, PairedDifference] | None = None
+    """pass^k on the common tasks that pay only for the job done; None when a run did not record which."""
+    stall_share_a: float | None = None
+    """The share of A's successes (all its tasks) on tasks a do-nothing agent passes; B's below."""
+    stall_share_b: float | None = None
 
 
 @dataclass
@@ -388,26 +426,37 @@ def compare(a: EvalRun, b: EvalRun, bootstrap: BootstrapConfig = DEFAULT_BOOTSTR
     overall = ComparisonGroup(OVERALL, sum(g.common_tasks for g in groups.values()),
                               sum(g.only_a for g in groups.values()), sum(g.only_b for g in groups.values()),
                               {}, {})
+    trust_a, trust_b = a.trust, b.trust
+    filters: list[tuple[tuple[int, ...], Any]] = [((), lambda _d, _t: True)]
+    if trust_a is not None and trust_b is not None:
+        filters.append(((1,), lambda d, t: trust_a.trusted(d, t) and trust_b.trusted(d, t)))
+        reports = [compute_report(run.records, max_k=1, bootstrap=None, trust=run.trust) for run in (a, b)]
+        for group in [*groups.values(), overall]:
+            group.trusted_pass_hat_k = {}
+            shares = [(rep.overall if group.name == OVERALL else rep.domains[group.name]).trusted
+                      for rep in reports]
+            group.stall_share_a, group.stall_share_b = (t.stall_share if t else None for t in shares)
     for k in range(1, max_k + 1):
-        values_a, values_b = [], []  # per domain: (pairs, 2) arrays of pass^k and pass@k, row i = task i
-        for d in domains:
-            ids = [t for t in pairs[d][0] if counts_a[d][t].n >= k and counts_b[d][t].n >= k]
-            values_a.append(task_values([counts_a[d][t] for t in ids], k))
-            values_b.append(task_values([counts_b[d][t] for t in ids], k))
-        per, total = resampled_means([va - vb for va, vb in zip(values_a, values_b, strict=True)],
-                                     bootstrap, (k,))
-        strata = [*zip(groups.values(), values_a, values_b, per, strict=True),
-                  (overall, np.concatenate(values_a), np.concatenate(values_b), total)]
-        for group, va, vb, samples in strata:
-            for column, target in ((0, group.pass_hat_k), (1, group.pass_at_k)):
-                if samples is None:
-                    target[k] = PairedDifference(0, None, None, None, None)
-                    continue
-                target[k] = PairedDifference(
-                    tasks=len(va), a=float(va[:, column].mean()), b=float(vb[:, column].mean()),
-                    difference=float((va[:, column] - vb[:, column]).mean()),
-                    interval=percentile_interval(samples[:, column], bootstrap.confidence),
-                )
+        for stream, keep in filters:
+            values_a, values_b = [], []  # per domain: (pairs, 2) arrays of pass^k and pass@k, row i = task i
+            for d in domains:
+                ids = [t for t in pairs[d][0]
+                       if counts_a[d][t].n >= k and counts_b[d][t].n >= k and keep(d, t)]
+                values_a.append(task_values([counts_a[d][t] for t in ids], k))
+                values_b.append(task_values([counts_b[d][t] for t in ids], k))
+            per, total = resampled_means([va - vb for va, vb in zip(values_a, values_b, strict=True)],
+                                         bootstrap, (k, *stream))
+            strata = [*zip(groups.values(), values_a, values_b, per, strict=True),
+                      (overall, np.concatenate(values_a), np.concatenate(values_b), total)]
+            for group, va, vb, samples in strata:
+                targets = ((0, group.pass_hat_k), (1, group.pass_at_k)) if not stream else \
+                    ((0, group.trusted_pass_hat_k),)
+                for column, target in targets:
+                    target[k] = PairedDifference(0, None, None, None, None) if samples is None else \
+                        PairedDifference(
+                            tasks=len(va), a=float(va[:, column].mean()), b=float(vb[:, column].mean()),
+                            difference=float((va[:, column] - vb[:, column]).mean()),
+                            interval=percentile_interval(samples[:, column], bootstrap.confidence))
     return Comparison(
         label_a=label_a, label_b=label_b, path_a=str(a.path), path_b=str(b.path),
         split=str(a.settings["split"]), max_k=max_k, domains=groups, overall=overall, bootstrap=bootstrap,
@@ -446,7 +495,27 @@ def format_comparison(cmp: Comparison) -> str:
                 rows.append([g.name, f"pass{symbol}{k}", str(p.tasks), format_interval(p.a),
                              format_interval(p.b), diff])
         out += markdown_table(["domain", "metric", "tasks", a, b, f"{a} − {b} [{conf} interval]"], rows)
+        if attr == "pass_hat_k":
+            out += ["", *_trusted_comparison(cmp, conf)]
     return "\n".join(out) + "\n"
+
+
+def _trusted_comparison(cmp: Comparison, conf: str) -> list[str]:
+    """The trusted pass^k's table and each run's stall share, or why there are none."""
+    a, b = cmp.label_a, cmp.label_b
+    if any(g.trusted_pass_hat_k is None for g in cmp.groups()):
+        return [UNRECORDED_TRUST]
+    out = [f"### pass^k on the trusted tasks (those a do-nothing or half-done agent fails): {a} − {b}", ""]
+    rows = []
+    for g in cmp.groups():
+        for k, p in (g.trusted_pass_hat_k or {}).items():
+            diff = format_interval(p.difference, p.interval, sign=True) + (" *" if p.excludes_zero else "")
+            rows.append([g.name, f"pass^{k}", str(p.tasks), format_interval(p.a), format_interval(p.b), diff])
+    out += markdown_table(["domain", "metric", "tasks", a, b, f"{a} − {b} [{conf} interval]"], rows)
+    out += ["", "### Share of the successes on tasks a do-nothing agent passes", ""]
+    out += markdown_table(["domain", a, b], [
+        [g.name, format_share(g.stall_share_a), format_share(g.stall_share_b)] for g in cmp.groups()])
+    return out
 
 
 # ---------------------------------------------------------------- charts

@@ -52,15 +52,17 @@ from examples.tau2.episode.record import failed_checks
 from examples.tau2.eval import leaderboard, tau2_results
 from examples.tau2.eval.inputs import task_keys
 from examples.tau2.eval.metrics import (
-    OVERALL,
     BootstrapConfig,
     EvalReport,
     GroupMetrics,
+    TaskTrust,
     TrialRecord,
     compute_report,
     format_interval,
     format_markdown,
+    format_share,
     is_success,
+    stall_warning,
 )
 from examples.tau2.eval.oracle import oracle_failures
 from examples.tau2.eval.plan import EVAL_OWNED_FIELDS, TRAINING_ONLY_FIELDS, EvalPlan
@@ -81,6 +83,9 @@ DEFAULT_DOMAINS = ("airline", "retail", "telecom")
 DEFAULT_SPLIT, DEFAULT_TRIALS = "test", 4
 RUN_FILE, TRIALS_FILE, SUPERSEDED_FILE = "run.json", "trials.jsonl", "trials.superseded.jsonl"
 RESULTS_JSON, RESULTS_MD, CHART = "results.json", "results.md", "pass_hat_k.png"
+TRUST_KEY = "task_trust"
+"""run.json's record of which evaluated tasks pay for less than the job (`TaskTrust`): compare and the
+browser read it."""
 
 class SettingsMismatch(ValueError):
     """The output directory holds a run made with other settings."""
@@ -338,6 +343,11 @@ def summary_line(group: GroupMetrics, trials: int) -> str:
     scores = " ".join(f"pass^{k} {format_interval(group.pass_hat_k.get(k), group.pass_hat_k_ci.get(k))}"
                       for k in ks)
     counts = f"{group.num_valid_trials} valid trials, {group.num_rejected_trials} rejected"
+    trusted = group.trusted
+    if trusted is not None:
+        value = format_interval(trusted.pass_hat_k.get(1), trusted.pass_hat_k_ci.get(1))
+        scores += (f"; trusted pass^1 {value} ({trusted.tasks} tasks), {format_share(trusted.stall_share)} "
+                   "of successes on tasks that pay for nothing")
     return f"{group.name}: {scores} ({counts})"
 
 
@@ -499,7 +509,8 @@ async def run_trials(plan: EvalPlan, pending: Sequence[tuple[str, str, int]], lo
 
 def write_chart(report: EvalReport, title: str, path: Path) -> None:
     """pass^k against k, one line per domain and a dashed one for all tasks, each with a shaded band
-    for its confidence interval when the report has them (Agg canvas, no GUI)."""
+    for its confidence interval when the report has them, and a dotted one for the trusted tasks (Agg
+    canvas, no GUI)."""
     ks = list(range(1, report.max_k + 1))
     fig, (ax,) = new_figure(6.4, 4.2)
     nan = float("nan")
@@ -513,6 +524,12 @@ def write_chart(report: EvalReport, title: str, path: Path) -> None:
             ax.fill_between(ks, [nan if c is None else c.low for c in cis],
                             [nan if c is None else c.high for c in cis], color=line.get_color(), alpha=0.12,
                             linewidth=0)
+    trusted = report.overall.trusted
+    if trusted is not None and trusted.tasks:
+        share = format_share(trusted.stall_share)
+        ax.plot(ks, [nan if trusted.pass_hat_k[k] is None else trusted.pass_hat_k[k] for k in ks], marker="x",
+                color="black", linestyle=":",
+                label=f"trusted tasks ({trusted.tasks}; {share} of successes pay for nothing)")
     ax.set(xlabel="k", ylabel="pass^k", ylim=(0.0, 1.02), xticks=ks, title=title)
     ax.grid(alpha=0.3)
     ax.legend()
@@ -520,14 +537,12 @@ def write_chart(report: EvalReport, title: str, path: Path) -> None:
 
 
 def write_report(plan: EvalPlan, records: list[TrialRecord]) -> EvalReport:
-    report = compute_report(records, max_k=plan.trials, bootstrap=plan.bootstrap)
+    trust = task_trust(plan)
+    report = compute_report(records, max_k=plan.trials, bootstrap=plan.bootstrap, trust=trust)
     settings = plan.settings()
     flagged = regraded_in_split(plan)
-    paying = flagged_in_split(plan)
-    unflagged = unflagged_success(records, paying)
     dump_json(plan.output_dir / RESULTS_JSON, {"settings": settings, "report": report.to_json(),
-                                               "regraded_tasks": flagged, "flagged_tasks": paying,
-                                               "unflagged": unflagged})
+                                               "regraded_tasks": flagged, TRUST_KEY: trust.to_json()})
     ep = settings["episode"]
     header = [
         f"# tau2 evaluation: {plan.policy_model}",
@@ -540,7 +555,7 @@ def write_report(plan: EvalPlan, records: list[TrialRecord]) -> EvalReport:
         + (f"trial t uses seed {plan.seed_base} + t" if plan.seed_base else "trial t uses seed t"),
         f"- scored by {settings['tau2']}; areal {settings['versions']['areal']}",
         f"- {describe_regraded(flagged)}",
-        f"- {describe_flagged(paying, unflagged, report)}",
+        f"- {describe_trust(trust)}",
     ]
     write_atomic(plan.output_dir / RESULTS_MD, "\n".join(header) + "\n\n" + format_markdown(report))
     if report.overall.num_valid_trials:  # nothing scored: no chart to draw (evaluate says why)
@@ -555,35 +570,26 @@ def regraded_in_split(plan: EvalPlan) -> dict[str, list[str]]:
     return {d: [t for t in ids if t in tau2_dataset.regraded_task_ids(d)] for d, ids in plan.tasks.items()}
 
 
-def flagged_in_split(plan: EvalPlan) -> dict[str, list[str]]:
-    """Domain -> the evaluated tasks a do-nothing or half-done agent passes (episode/task_check.py):
-    evaluated like the others, reported apart so that a gain is read on tasks that need work."""
-    from examples.tau2.episode.task_check import flagged_task_ids
+def task_trust(plan: EvalPlan) -> TaskTrust:
+    """Which evaluated tasks a do-nothing or half-done agent passes (episode/task_check.py, under the
+    installed release): evaluated like the others, and left out of the trusted pass^k."""
+    from examples.tau2.episode.task_check import Flag, paying_flags
 
-    flagged = {domain: flagged_task_ids(domain) for domain in plan.tasks}  # once per domain, not per task
-    return {domain: [t for t in ids if t in flagged[domain]] for domain, ids in plan.tasks.items()}
-
-
-def unflagged_success(records: list[TrialRecord], paying: dict[str, list[str]]) -> dict[str, dict[str, Any]]:
-    """Per domain and overall: the success rate over the tasks that are not flagged, and how many."""
-    kept = [r for r in records if r.task_id not in paying.get(r.domain, [])]
-    if not kept:
-        return {}
-    report = compute_report(kept, max_k=1, bootstrap=None)
-    return {g.name: {"success_rate": g.success_rate, "tasks": g.num_tasks} for g in report.groups()}
+    flags = {domain: paying_flags(domain) for domain in plan.tasks}  # once per domain, not per task
+    return TaskTrust(*({d: frozenset(t for t in ids if t in flags[d][flag]) for d, ids in plan.tasks.items()}
+                       for flag in (Flag.REWARDS_NOTHING, Flag.REWARDS_PARTIAL)))
 
 
-def describe_flagged(paying: dict[str, list[str]], unflagged: dict[str, dict[str, Any]],
-                     report: EvalReport) -> str:
-    counted = [f"{domain} {len(ids)} ({', '.join(ids)})" for domain, ids in paying.items() if ids]
-    if not counted:
+def describe_trust(trust: TaskTrust) -> str:
+    parts = []
+    for how, flagged in (("doing nothing", trust.rewards_nothing), ("half the job", trust.rewards_partial)):
+        counted = [f"{d} {len(ids)} ({', '.join(sorted(ids))})" for d, ids in flagged.items() if ids]
+        if counted:
+            parts.append(f"by {how}: {'; '.join(counted)}")
+    if not parts:
         return "no evaluated task is passed by doing nothing or half the job (tau2_rl.sh check-tasks)"
-    rate = (unflagged.get(OVERALL) or {}).get("success_rate")
-    total = report.overall.success_rate
-    beside = (f"; success on the other {unflagged[OVERALL]['tasks']} tasks {rate:.3f} (all tasks "
-              f"{total:.3f})" if rate is not None and total is not None else "")
-    return (f"tasks passed by doing nothing or half the job (tau2_rl.sh check-tasks), included above: "
-            f"{'; '.join(counted)}{beside}")
+    return (f"tasks passed (tau2_rl.sh check-tasks) {'; '.join(parts)}: in τ²'s pass^k, left out of the "
+            "trusted pass^k")
 
 
 def describe_regraded(flagged: dict[str, list[str]]) -> str:
@@ -617,7 +623,8 @@ def open_run(plan: EvalPlan) -> tuple[TrialLog, list[TrialRecord]]:
     log = TrialLog(plan.output_dir / TRIALS_FILE)
     records = set_aside_changed(plan, log.path, log.load())
     dump_json(plan.output_dir / RUN_FILE, {"settings": plan.settings(),
-                                          "sessions": [*(previous or []), plan.session()]})
+                                          "sessions": [*(previous or []), plan.session()],
+                                          TRUST_KEY: task_trust(plan).to_json()})
     if previous is not None:
         scored = {r.key for r in records if r.scored}
         retried = len({r.key for r in records if not r.scored} - scored)
@@ -673,6 +680,8 @@ def evaluate(plan: EvalPlan, log: TrialLog, records: list[TrialRecord]) -> int:
     record_tau2_files(plan, tau2_results.write_results(plan, recorded))
     for g in report.groups():
         logger.info("%s", summary_line(g, plan.trials))
+    for warning in filter(None, map(stall_warning, report.groups())):
+        logger.warning("%s", warning)
     if not report.overall.num_valid_trials:
         latest = {r.key: r for r in recorded}  # a trial's last attempt
         reasons = Counter(r.rejection for r in latest.values() if not r.scored)

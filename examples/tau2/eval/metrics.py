@@ -25,6 +25,11 @@ Pure functions over `TrialRecord`s (one per attempted trial); no I/O. Definition
   Resamples come from a fixed seed, so reports are reproducible (tests/bootstrap_support.py
   enumerates every resample of a few tasks exactly; the tests check the Monte-Carlo intervals against
   it).
+* **Trusted tasks** (`TaskTrust`, from `tau2_rl.sh check-tasks`): some tasks pay an agent for doing nothing
+  (`rewards_nothing`) or for skipping the last write (`rewards_partial`). τ²'s pass^k counts them like
+  the others; `trusted` gives pass^k over the other tasks only, and the **stall share**: the share of
+  successes that came from tasks a do-nothing agent passes. A policy that learns to stall raises the
+  official pass^k and the stall share, not the trusted pass^k.
 """
 
 from __future__ import annotations
@@ -233,6 +238,56 @@ class ComponentStats:
     """Trials whose task scores this component (tasks differ in their reward basis)."""
 
 
+@dataclass(frozen=True)
+class TaskTrust:
+    """Per domain, the tasks whose reward pays for less than the job (`episode.task_check.PAYING_FLAGS`)."""
+
+    rewards_nothing: dict[str, frozenset[str]]
+    """Tasks a do-nothing agent passes."""
+    rewards_partial: dict[str, frozenset[str]]
+    """Tasks an agent passes that skips the last state-changing action."""
+
+    def trusted(self, domain: str, task_id: str) -> bool:
+        """Whether the task pays only for the job done."""
+        return not (task_id in self.rewards_nothing.get(domain, ()) or
+                    task_id in self.rewards_partial.get(domain, ()))
+
+    def free(self, domain: str, task_id: str) -> bool:
+        """Whether a do-nothing agent passes the task."""
+        return task_id in self.rewards_nothing.get(domain, ())
+
+    def to_json(self) -> dict[str, dict[str, list[str]]]:
+        return {"rewards_nothing": {d: sorted(ids) for d, ids in self.rewards_nothing.items()},
+                "rewards_partial": {d: sorted(ids) for d, ids in self.rewards_partial.items()}}
+
+    @classmethod
+    def from_json(cls, d: dict[str, dict[str, list[str]]]) -> TaskTrust:
+        return cls({k: frozenset(v) for k, v in d["rewards_nothing"].items()},
+                   {k: frozenset(v) for k, v in d["rewards_partial"].items()})
+
+
+@dataclass
+class TrustedMetrics:
+    """A group's scores on the tasks that pay only for the job done, and where its successes came from."""
+
+    tasks: int
+    """Scored tasks that pay only for the job done."""
+    pass_hat_k: dict[int, float | None]
+    tasks_at_k: dict[int, int]
+    free_tasks: int
+    """Scored tasks a do-nothing agent passes."""
+    successes: int
+    """All successful valid trials (of every task)."""
+    free_successes: int
+    """Those on the tasks a do-nothing agent passes."""
+    pass_hat_k_ci: dict[int, Interval | None] = field(default_factory=dict)
+
+    @property
+    def stall_share(self) -> float | None:
+        """Of the successes, the share on tasks a do-nothing agent passes (None: no success)."""
+        return self.free_successes / self.successes if self.successes else None
+
+
 @dataclass
 class GroupMetrics:
     """Metrics of one domain, or of all domains together (`name == "overall"`)."""
@@ -262,6 +317,8 @@ class GroupMetrics:
     pass_hat_k_ci: dict[int, Interval | None] = field(default_factory=dict)
     """Bootstrap confidence interval of each pass^k value (empty when intervals were not computed)."""
     pass_at_k_ci: dict[int, Interval | None] = field(default_factory=dict)
+    trusted: TrustedMetrics | None = None
+    """The same on the tasks that pay only for the job done; None: which those are is not known."""
 
 
 @dataclass
@@ -279,21 +336,20 @@ class EvalReport:
         return [*self.domains.values(), self.overall]
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        for group, data in zip(self.groups(), [*out["domains"].values(), out["overall"]], strict=True):
+            if group.trusted is not None:
+                data["trusted"]["stall_share"] = group.trusted.stall_share
+        return out
 
 
 def _mean(values: Sequence[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def _group(name: str, attempts: list[TrialRecord], finals: list[TrialRecord], max_k: int) -> GroupMetrics:
-    valid = [r for r in finals if r.scored]
-    per_task: dict[tuple[str, str], list[bool]] = defaultdict(list)
-    for r in finals:  # every task with an attempt, even one with no valid trial
-        outcomes = per_task[(r.domain, r.task_id)]
-        if r.scored:
-            outcomes.append(is_success(r.tau2_reward))  # type: ignore[arg-type]
-    counts = [(len(o), sum(o)) for o in per_task.values()]
+def _pass_values(counts: Sequence[tuple[int, int]], max_k: int
+                 ) -> tuple[dict[int, float | None], dict[int, float | None], dict[int, int]]:
+    """pass^k, pass@k and the tasks each averages over, k = 1..max_k, from per-task (n, c)."""
     hat: dict[int, float | None] = {}
     at: dict[int, float | None] = {}
     tasks_at: dict[int, int] = {}
@@ -302,6 +358,29 @@ def _group(name: str, attempts: list[TrialRecord], finals: list[TrialRecord], ma
         tasks_at[k] = len(eligible)
         hat[k] = _mean([pass_hat_k(n, c, k) for n, c in eligible])
         at[k] = _mean([pass_at_k(n, c, k) for n, c in eligible])
+    return hat, at, tasks_at
+
+
+def _trusted(per_task: dict[tuple[str, str], list[bool]], max_k: int, trust: TaskTrust) -> TrustedMetrics:
+    kept = [(len(o), sum(o)) for (d, t), o in per_task.items() if trust.trusted(d, t)]
+    hat, _, tasks_at = _pass_values(kept, max_k)
+    free = [o for (d, t), o in per_task.items() if trust.free(d, t)]
+    return TrustedMetrics(tasks=sum(n > 0 for n, _ in kept), pass_hat_k=hat, tasks_at_k=tasks_at,
+                          free_tasks=sum(bool(o) for o in free),
+                          successes=sum(sum(o) for o in per_task.values()),
+                          free_successes=sum(sum(o) for o in free))
+
+
+def _group(name: str, attempts: list[TrialRecord], finals: list[TrialRecord], max_k: int,
+           trust: TaskTrust | None) -> GroupMetrics:
+    valid = [r for r in finals if r.scored]
+    per_task: dict[tuple[str, str], list[bool]] = defaultdict(list)
+    for r in finals:  # every task with an attempt, even one with no valid trial
+        outcomes = per_task[(r.domain, r.task_id)]
+        if r.scored:
+            outcomes.append(is_success(r.tau2_reward))  # type: ignore[arg-type]
+    counts = [(len(o), sum(o)) for o in per_task.values()]
+    hat, at, tasks_at = _pass_values(counts, max_k)
     components: dict[str, list[float]] = defaultdict(list)
     for r in valid:
         for comp, value in r.reward_breakdown.items():
@@ -324,6 +403,7 @@ def _group(name: str, attempts: list[TrialRecord], finals: list[TrialRecord], ma
         mean_tool_calls=_mean([r.num_tool_calls for r in valid]),
         terminations=dict(sorted(Counter(r.termination for r in valid).items())),
         reward_components={c: ComponentStats(sum(v) / len(v), len(v)) for c, v in sorted(components.items())},
+        trusted=None if trust is None else _trusted(per_task, max_k, trust),
     )
 
 
@@ -334,10 +414,18 @@ def task_values(counts: Iterable[TaskCounts], k: int) -> np.ndarray:
 
 
 def _add_intervals(report: EvalReport, counts: dict[str, dict[str, TaskCounts]],
-                   config: BootstrapConfig) -> None:
-    """Fill every group's pass^k / pass@k intervals: per domain, and stratified over domains."""
+                   config: BootstrapConfig, trust: TaskTrust | None) -> None:
+    """Fill every group's pass^k / pass@k intervals: per domain, and stratified over domains; and those of
+    the trusted pass^k (its own stream of draws)."""
     names = list(report.domains)
     for k in range(1, report.max_k + 1):
+        if trust is not None:
+            kept = [task_values([c for t, c in counts[d].items() if trust.trusted(d, t)], k) for d in names]
+            per, total = resampled_means(kept, config, (k, 1))
+            for group, samples in [*zip(report.domains.values(), per, strict=True), (report.overall, total)]:
+                if group.trusted is not None:
+                    group.trusted.pass_hat_k_ci[k] = (None if samples is None else
+                                                      percentile_interval(samples[:, 0], config.confidence))
         per, total = resampled_means([task_values(counts[d].values(), k) for d in names], config, (k,))
         for group, samples in [*zip(report.domains.values(), per, strict=True), (report.overall, total)]:
             hat = at = None
@@ -351,16 +439,18 @@ def _add_intervals(report: EvalReport, counts: dict[str, dict[str, TaskCounts]],
 
 
 def compute_report(records: Iterable[TrialRecord], max_k: int,
-                   bootstrap: BootstrapConfig | None = DEFAULT_BOOTSTRAP) -> EvalReport:
+                   bootstrap: BootstrapConfig | None = DEFAULT_BOOTSTRAP,
+                   trust: TaskTrust | None = None) -> EvalReport:
     """Per-domain and overall metrics for k = 1..max_k from every recorded attempt, with bootstrap
-    intervals (`bootstrap=None`: without)."""
+    intervals (`bootstrap=None`: without), and with `trust` the same on the trusted tasks."""
     if max_k < 1:
         raise ValueError(f"max_k must be >= 1, got {max_k}")
     attempts = list(records)
     finals = sorted(final_trials(attempts).values(), key=lambda r: r.key)  # finish order must not matter
     domains = sorted({r.domain for r in attempts})
     per_domain = {
-        d: _group(d, [r for r in attempts if r.domain == d], [r for r in finals if r.domain == d], max_k)
+        d: _group(d, [r for r in attempts if r.domain == d], [r for r in finals if r.domain == d], max_k,
+                  trust)
         for d in domains
     }
     domain_mean: dict[int, float | None] = {}
@@ -370,11 +460,11 @@ def compute_report(records: Iterable[TrialRecord], max_k: int,
     report = EvalReport(
         max_k=max_k,
         domains=per_domain,
-        overall=_group(OVERALL, attempts, finals, max_k),
+        overall=_group(OVERALL, attempts, finals, max_k, trust),
         domain_mean_pass_hat_k=domain_mean,
     )
     if bootstrap is not None:
-        _add_intervals(report, task_counts(attempts), bootstrap)
+        _add_intervals(report, task_counts(attempts), bootstrap, trust)
     return report
 
 
@@ -402,6 +492,29 @@ def _k_cells(values: dict[int, float | None], cis: dict[int, Interval | None], t
     ]
 
 
+TRUSTED_TITLE = "### pass^k on the trusted tasks (those a do-nothing or half-done agent fails)"
+TRUSTED_NOTE = ("τ²'s pass^k above counts every task; here the tasks `tau2_rl.sh check-tasks` finds paying "
+                "for doing nothing or half the job are left out. The last column: how many of all the "
+                "successes came from the tasks a do-nothing agent passes.")
+
+
+def format_share(share: float | None) -> str:
+    """`38 %`; `–` when there is no success to share out."""
+    return "–" if share is None else f"{share:.0%}".replace("%", " %")
+
+
+def stall_warning(group: GroupMetrics) -> str:
+    """A sentence when the group's successes come mostly from tasks that pay for doing nothing: its trusted
+    pass^1 is under half its official pass^1. Empty otherwise."""
+    t = group.trusted
+    official, trusted = group.pass_hat_k.get(1), None if t is None else t.pass_hat_k.get(1)
+    if t is None or not official or trusted is None or trusted >= official / 2:
+        return ""
+    return (f"{group.name}: pass^1 is {official:.3f} on all tasks but {trusted:.3f} on the {t.tasks} trusted "
+            f"ones, and {t.free_successes} of its {t.successes} successes ({format_share(t.stall_share)}) "
+            "came from tasks a do-nothing agent passes: the policy stalls more than it works")
+
+
 def interval_note(config: BootstrapConfig) -> str:
     """One sentence on how the intervals were computed."""
     return (f"Intervals: {config.confidence:.0%} {INTERVAL_METHOD}; {config.resamples} resamples, "
@@ -427,6 +540,8 @@ def format_markdown(report: EvalReport) -> str:
     ]
     if report.bootstrap is not None:
         out += ["", interval_note(report.bootstrap)]
+    for warning in filter(None, map(stall_warning, groups)):
+        out += ["", f"**Stalling:** {warning}."]
     out += ["", "### pass^k (all k trials succeed)", ""]
     rows = []
     for g in groups:
@@ -435,6 +550,14 @@ def format_markdown(report: EvalReport) -> str:
     if len(report.domains) > 1:
         rows.append(["mean of domains", "", *(_fmt(report.domain_mean_pass_hat_k[k]) for k in ks)])
     out += markdown_table(["domain", "tasks", *(f"pass^{k}" for k in ks)], rows)
+    trusted = [(g.name, g.trusted) for g in groups if g.trusted is not None]
+    if trusted:
+        out += ["", TRUSTED_TITLE, "", TRUSTED_NOTE, ""]
+        rows = [[name, str(t.tasks), *_k_cells(t.pass_hat_k, t.pass_hat_k_ci, t.tasks_at_k, t.tasks),
+                 f"{t.free_successes} of {t.successes} ({format_share(t.stall_share)})"]
+                for name, t in trusted]
+        out += markdown_table(["domain", "tasks", *(f"pass^{k}" for k in ks),
+                               "successes on tasks that pay for nothing"], rows)
     out += ["", "### pass@k (at least one of k trials succeeds)", ""]
     rows = []
     for g in groups:

@@ -29,6 +29,7 @@ from typing import Any
 
 from examples.tau2.episode.record import failed_checks
 from examples.tau2.episode.task_check import SUCCESS_THRESHOLD
+from examples.tau2.eval.metrics import TaskTrust, TrialRecord, final_trials
 from examples.tau2.runtime.process import setup_runtime
 
 logger = logging.getLogger("tau2_areal.view")
@@ -64,6 +65,8 @@ class Column:
     kind: str
     domain_modules: tuple[str, ...] = ()
     """The domain modules an evaluation loaded (its run.json): the split look-up loads them too."""
+    trust: TaskTrust | None = None
+    """Which of an evaluation's tasks pay for less than the job, as its run recorded them."""
 
 
 @dataclass
@@ -199,18 +202,19 @@ def _dump_of(record: dict[str, Any], folder: Path) -> Path | None:
 def load_eval_folder(folder: Path) -> tuple[Column, list[Episode]]:
     """An `eval.evaluate` output folder: each trial's final record (a rejection retried later counts once,
     as in the run's metrics), with its dump when it has one."""
-    from examples.tau2.eval.evaluate import RUN_FILE, TRIALS_FILE
-    from examples.tau2.eval.metrics import TrialRecord, final_trials
+    from examples.tau2.eval.evaluate import RUN_FILE, TRIALS_FILE, TRUST_KEY
 
     lines = (folder / TRIALS_FILE).read_text(encoding="utf-8").splitlines()
     records = [TrialRecord.from_json(json.loads(line)) for line in lines if line.strip()]
-    settings = {}
+    run = {}
     if (folder / RUN_FILE).is_file():
-        settings = json.loads((folder / RUN_FILE).read_text(encoding="utf-8")).get("settings") or {}
+        run = json.loads((folder / RUN_FILE).read_text(encoding="utf-8"))
+    settings = run.get("settings") or {}
     column = Column(label=folder.name, kind="eval",
                     title=f"evaluation {folder}: policy {settings.get('policy_model', '?')}, "
                           f"split {settings.get('split', '?')}, {settings.get('trials', '?')} trials",
-                    domain_modules=tuple((settings.get("episode") or {}).get("domain_modules") or ()))
+                    domain_modules=tuple((settings.get("episode") or {}).get("domain_modules") or ()),
+                    trust=TaskTrust.from_json(run[TRUST_KEY]) if TRUST_KEY in run else None)
     episodes = []
     for record in sorted(final_trials(records).values(), key=lambda r: r.key):
         dump_path = _dump_of(record.to_json(), folder)
@@ -314,6 +318,33 @@ def task_splits(domains: Iterable[str], modules: Iterable[str] = ()) -> dict[tup
     return out
 
 
+def task_pays(tasks: Iterable[tuple[str, str]], columns: Sequence[Column]) -> dict[tuple[str, str], str]:
+    """(domain, task id) -> "nothing" (a do-nothing agent passes it), "partial" (so does one that skips the
+    last write) or "" (it pays only for the job done): as the first evaluation showing the task recorded
+    it, else as `tau2_rl.sh check-tasks` finds it under the installed τ² release (the domain modules the
+    split look-up loaded). A domain that cannot be checked here has no entry."""
+    from examples.tau2.episode.task_check import Flag, paying_flags
+
+    out: dict[tuple[str, str], str] = {}
+    checked: dict[str, TaskTrust | None] = {}
+    for domain, task_id in tasks:
+        trust = next((c.trust for c in columns if c.trust is not None and domain in c.trust.rewards_nothing),
+                     None)
+        if trust is None and domain not in checked:
+            try:
+                flags = paying_flags(domain)
+                checked[domain] = TaskTrust({domain: flags[Flag.REWARDS_NOTHING]},
+                                            {domain: flags[Flag.REWARDS_PARTIAL]})
+            except Exception as e:  # a domain of a module not loaded here
+                logger.info("no task check for domain %r: %s", domain, e)
+                checked[domain] = None
+        trust = trust or checked.get(domain)
+        if trust is not None:
+            out[(domain, task_id)] = ("nothing" if trust.free(domain, task_id) else
+                                      "" if trust.trusted(domain, task_id) else "partial")
+    return out
+
+
 def _script(call: str, *args: Any) -> str:
     """A data file: one call of the page's registration function (view.js), which works from file://."""
     text = ",".join(json.dumps(a, ensure_ascii=False, separators=(",", ":")) for a in args)
@@ -343,6 +374,7 @@ def build_site(sources: Sequence[Path], out: Path, episodes_per_step: int = 0, t
     task_index = {t: i for i, t in enumerate(tasks)}
     modules = sorted({m for c in columns for m in c.domain_modules})
     split_of = task_splits(sorted({d for d, _ in tasks}), modules) if splits else {}
+    pays = task_pays(tasks, columns) if splits else {}
     terminations = sorted({ep.termination for ep in episodes})
     termination_index = {t: i for i, t in enumerate(terminations)}
     outcomes = [o.value for o in Outcome]
@@ -357,7 +389,8 @@ def build_site(sources: Sequence[Path], out: Path, episodes_per_step: int = 0, t
         "title": title or "τ² episodes: " + ", ".join(s.name for s in sources),
         "built": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "columns": [{"label": c.label, "title": c.title, "kind": c.kind} for c in columns],
-        "tasks": [{"domain": d, "task_id": t, "splits": split_of.get((d, t), [])} for d, t in tasks],
+        "tasks": [{"domain": d, "task_id": t, "splits": split_of.get((d, t), []), "pays": pays.get((d, t))}
+                  for d, t in tasks],
         "terminations": terminations, "outcomes": outcomes,
         "episodes": {
             "task": [task_index[(ep.domain, ep.task_id)] for ep in episodes],
@@ -394,7 +427,8 @@ def build_parser() -> argparse.ArgumentParser:
                              "column for the folder")
     parser.add_argument("--title", default="", help="the pages' title")
     parser.add_argument("--no-splits", action="store_true",
-                        help="do not ask τ² which split each task is in (no split filter)")
+                        help="do not ask τ² which split each task is in (no split filter) nor which tasks "
+                             "pay for doing nothing (no trusted pass^k)")
     return parser
 
 

@@ -184,16 +184,41 @@
       }).join("");
       return `<tr class="task${r === state.selected ? " sel" : ""}" data-task="${t}"><th class="name">` +
         `<a href="${link(`/task/${t}`, f)}" title="${esc(task.domain)}/${esc(task.task_id)}">${esc(task.domain)}/${esc(task.task_id)}</a>` +
+        (task.pays ? `<span class="pays" title="${esc(PAYS[task.pays])} (tau2_rl.sh check-tasks)">pays for ${task.pays}</span>` : "") +
         `<span class="splits">${esc(task.splits.join(" "))}</span></th>${cells}</tr>`;
     }).join("");
-    const totals = d.columns.map((_, c) => `<td>${passHat(rows, c).map(([k, v, m]) =>
+    const line = (use) => d.columns.map((_, c) => `<td>${passHat(use, c).map(([k, v, m]) =>
       `<div title="over ${m} tasks with at least ${k} scored trials">pass^${k} ${fmt(v)}</div>`).join("")}</td>`).join("");
+    const trusted = rows.filter((t) => d.tasks[t].pays === "");
+    const shares = d.columns.map((_, c) => {
+      const [free, all] = stallShare(rows, c);
+      return `<td title="${free} of ${all} successes">${all ? Math.round(100 * free / all) + " %" : "–"}</td>`;
+    }).join("");
+    const known = rows.some((t) => d.tasks[t].pays !== null && d.tasks[t].pays !== undefined);
     $("#grid").innerHTML = `<table id="overview"><thead><tr><th>task</th>${head}</tr></thead>` +
-      `<tbody>${body}</tbody><tfoot><tr class="totals"><th>pass^k (shown tasks)</th>${totals}</tr></tfoot></table>`;
+      `<tbody>${body}</tbody><tfoot><tr class="totals"><th>pass^k (shown tasks)</th>${line(rows)}</tr>` +
+      (known ? `<tr class="totals trusted"><th title="the shown tasks that pay only for the job done">trusted pass^k (${trusted.length} tasks)</th>${line(trusted)}</tr>` +
+        `<tr class="totals stall"><th title="the share of the successes on tasks a do-nothing agent passes">successes that pay for nothing</th>${shares}</tr>` : "") +
+      `</tfoot></table>`;
     $("#grid").onclick = (ev) => {
       const tr = ev.target.closest("tr.task");
       if (tr && !ev.target.closest("a")) location.hash = link(`/task/${tr.dataset.task}`, f);
     };
+  }
+
+  const PAYS = {nothing: "a do-nothing agent passes this task", partial: "an agent that skips the last write passes this task"};
+
+  /** Of one column's successes on the given tasks: those on tasks a do-nothing agent passes, and all. */
+  function stallShare(rows, c) {
+    const d = state.index, nc = d.columns.length;
+    let free = 0, all = 0;
+    for (const t of rows) {
+      const cell = d.cells.get(t * nc + c);
+      if (!cell) continue;
+      all += cell.c;
+      if (d.tasks[t].pays === "nothing") free += cell.c;
+    }
+    return [free, all];
   }
 
   function comb(n, k) { let r = 1; for (let i = 0; i < k; i++) r = r * (n - i) / (i + 1); return r; }
