@@ -144,8 +144,7 @@ def test_a_run_that_did_not_record_its_trust_says_so_and_resuming_records_it(run
     assert cmp.overall.trusted_pass_hat_k is None and cmp.overall.stall_share_b is None
     assert tau2_compare.UNRECORDED_TRUST in tau2_compare.format_comparison(cmp)
     assert eval_main(cli(endpoint_server, old, "noop")) == 0  # every trial scored: nothing runs
-    assert json.loads((old / "trials.jsonl").read_text().splitlines()[0]) and \
-        len((old / "trials.jsonl").read_text().splitlines()) == 40
+    assert len((old / "trials.jsonl").read_text().splitlines()) == 40  # no trial ran again
     cmp = tau2_compare.compare(tau2_compare.load_run(runs["oracle"]), tau2_compare.load_run(old))
     assert cmp.overall.stall_share_b == 1.0
 

@@ -426,37 +426,39 @@ def compare(a: EvalRun, b: EvalRun, bootstrap: BootstrapConfig = DEFAULT_BOOTSTR
     overall = ComparisonGroup(OVERALL, sum(g.common_tasks for g in groups.values()),
                               sum(g.only_a for g in groups.values()), sum(g.only_b for g in groups.values()),
                               {}, {})
+    def differences(k: int, keep: Any, stream: tuple[int, ...]) -> list[tuple[ComparisonGroup, list[Any]]]:
+        """Per group (domains, then overall): A and B's mean, A - B and its paired interval of pass^k and
+        pass@k at `k`, over the common tasks `keep(domain, task)` admits with >= k valid trials in both."""
+        values_a, values_b = [], []  # per domain: (pairs, 2) arrays of pass^k and pass@k, row i = task i
+        for d in domains:
+            ids = [t for t in pairs[d][0] if counts_a[d][t].n >= k and counts_b[d][t].n >= k and keep(d, t)]
+            values_a.append(task_values([counts_a[d][t] for t in ids], k))
+            values_b.append(task_values([counts_b[d][t] for t in ids], k))
+        per, total = resampled_means([va - vb for va, vb in zip(values_a, values_b, strict=True)],
+                                     bootstrap, (k, *stream))
+        strata = [*zip(groups.values(), values_a, values_b, per, strict=True),
+                  (overall, np.concatenate(values_a), np.concatenate(values_b), total)]
+        return [(group, [PairedDifference(0, None, None, None, None) if samples is None else PairedDifference(
+            tasks=len(va), a=float(va[:, column].mean()), b=float(vb[:, column].mean()),
+            difference=float((va[:, column] - vb[:, column]).mean()),
+            interval=percentile_interval(samples[:, column], bootstrap.confidence)) for column in (0, 1)])
+            for group, va, vb, samples in strata]
+
     trust_a, trust_b = a.trust, b.trust
-    filters: list[tuple[tuple[int, ...], Any]] = [((), lambda _d, _t: True)]
+    for k in range(1, max_k + 1):
+        for group, (hat, at) in differences(k, lambda _d, _t: True, ()):
+            group.pass_hat_k[k], group.pass_at_k[k] = hat, at
     if trust_a is not None and trust_b is not None:
-        filters.append(((1,), lambda d, t: trust_a.trusted(d, t) and trust_b.trusted(d, t)))
         reports = [compute_report(run.records, max_k=1, bootstrap=None, trust=run.trust) for run in (a, b)]
         for group in [*groups.values(), overall]:
-            group.trusted_pass_hat_k = {}
             shares = [(rep.overall if group.name == OVERALL else rep.domains[group.name]).trusted
                       for rep in reports]
             group.stall_share_a, group.stall_share_b = (t.stall_share if t else None for t in shares)
-    for k in range(1, max_k + 1):
-        for stream, keep in filters:
-            values_a, values_b = [], []  # per domain: (pairs, 2) arrays of pass^k and pass@k, row i = task i
-            for d in domains:
-                ids = [t for t in pairs[d][0]
-                       if counts_a[d][t].n >= k and counts_b[d][t].n >= k and keep(d, t)]
-                values_a.append(task_values([counts_a[d][t] for t in ids], k))
-                values_b.append(task_values([counts_b[d][t] for t in ids], k))
-            per, total = resampled_means([va - vb for va, vb in zip(values_a, values_b, strict=True)],
-                                         bootstrap, (k, *stream))
-            strata = [*zip(groups.values(), values_a, values_b, per, strict=True),
-                      (overall, np.concatenate(values_a), np.concatenate(values_b), total)]
-            for group, va, vb, samples in strata:
-                targets = ((0, group.pass_hat_k), (1, group.pass_at_k)) if not stream else \
-                    ((0, group.trusted_pass_hat_k),)
-                for column, target in targets:
-                    target[k] = PairedDifference(0, None, None, None, None) if samples is None else \
-                        PairedDifference(
-                            tasks=len(va), a=float(va[:, column].mean()), b=float(vb[:, column].mean()),
-                            difference=float((va[:, column] - vb[:, column]).mean()),
-                            interval=percentile_interval(samples[:, column], bootstrap.confidence))
+            group.trusted_pass_hat_k = {}
+        for k in range(1, max_k + 1):
+            trusted = differences(k, lambda d, t: trust_a.trusted(d, t) and trust_b.trusted(d, t), (1,))
+            for group, (hat, _) in trusted:
+                group.trusted_pass_hat_k[k] = hat  # type: ignore[index]
     return Comparison(
         label_a=label_a, label_b=label_b, path_a=str(a.path), path_b=str(b.path),
         split=str(a.settings["split"]), max_k=max_k, domains=groups, overall=overall, bootstrap=bootstrap,
@@ -487,17 +489,20 @@ def format_comparison(cmp: Comparison) -> str:
     for title, attr, symbol in (("pass^k (all k trials succeed)", "pass_hat_k", "^"),
                                 ("pass@k (at least one of k trials succeeds)", "pass_at_k", "@")):
         out += ["", f"### {title}: {a} − {b}", ""]
-        rows = []
-        for g in cmp.groups():
-            for k, p in getattr(g, attr).items():
-                mark = " *" if p.excludes_zero else ""
-                diff = format_interval(p.difference, p.interval, sign=True) + mark
-                rows.append([g.name, f"pass{symbol}{k}", str(p.tasks), format_interval(p.a),
-                             format_interval(p.b), diff])
-        out += markdown_table(["domain", "metric", "tasks", a, b, f"{a} − {b} [{conf} interval]"], rows)
+        out += _difference_table(cmp, [(g.name, getattr(g, attr)) for g in cmp.groups()], symbol, conf)
         if attr == "pass_hat_k":
             out += ["", *_trusted_comparison(cmp, conf)]
     return "\n".join(out) + "\n"
+
+
+def _difference_table(cmp: Comparison, groups: list[tuple[str, dict[int, PairedDifference]]], symbol: str,
+                      conf: str) -> list[str]:
+    """One row per group and k: A, B and A − B [interval], `*` when the interval excludes 0."""
+    a, b = cmp.label_a, cmp.label_b
+    rows = [[name, f"pass{symbol}{k}", str(p.tasks), format_interval(p.a), format_interval(p.b),
+             format_interval(p.difference, p.interval, sign=True) + (" *" if p.excludes_zero else "")]
+            for name, by_k in groups for k, p in by_k.items()]
+    return markdown_table(["domain", "metric", "tasks", a, b, f"{a} − {b} [{conf} interval]"], rows)
 
 
 def _trusted_comparison(cmp: Comparison, conf: str) -> list[str]:
@@ -506,12 +511,7 @@ def _trusted_comparison(cmp: Comparison, conf: str) -> list[str]:
     if any(g.trusted_pass_hat_k is None for g in cmp.groups()):
         return [UNRECORDED_TRUST]
     out = [f"### pass^k on the trusted tasks (those a do-nothing or half-done agent fails): {a} − {b}", ""]
-    rows = []
-    for g in cmp.groups():
-        for k, p in (g.trusted_pass_hat_k or {}).items():
-            diff = format_interval(p.difference, p.interval, sign=True) + (" *" if p.excludes_zero else "")
-            rows.append([g.name, f"pass^{k}", str(p.tasks), format_interval(p.a), format_interval(p.b), diff])
-    out += markdown_table(["domain", "metric", "tasks", a, b, f"{a} − {b} [{conf} interval]"], rows)
+    out += _difference_table(cmp, [(g.name, g.trusted_pass_hat_k or {}) for g in cmp.groups()], "^", conf)
     out += ["", "### Share of the successes on tasks a do-nothing agent passes", ""]
     out += markdown_table(["domain", a, b], [
         [g.name, format_share(g.stall_share_a), format_share(g.stall_share_b)] for g in cmp.groups()])

@@ -310,6 +310,7 @@ def plan_from_args(args: argparse.Namespace) -> EvalPlan:
         bootstrap=bootstrap, seed_base=args.seed_base,
     )
     plan.inputs = task_keys(tasks, plan.settings())
+    plan.trust = task_trust(tasks)
     return plan
 
 
@@ -537,7 +538,7 @@ def write_chart(report: EvalReport, title: str, path: Path) -> None:
 
 
 def write_report(plan: EvalPlan, records: list[TrialRecord]) -> EvalReport:
-    trust = task_trust(plan)
+    trust = plan.trust
     report = compute_report(records, max_k=plan.trials, bootstrap=plan.bootstrap, trust=trust)
     settings = plan.settings()
     flagged = regraded_in_split(plan)
@@ -570,13 +571,13 @@ def regraded_in_split(plan: EvalPlan) -> dict[str, list[str]]:
     return {d: [t for t in ids if t in tau2_dataset.regraded_task_ids(d)] for d, ids in plan.tasks.items()}
 
 
-def task_trust(plan: EvalPlan) -> TaskTrust:
-    """Which evaluated tasks a do-nothing or half-done agent passes (episode/task_check.py, under the
-    installed release): evaluated like the others, and left out of the trusted pass^k."""
+def task_trust(tasks: dict[str, Sequence[str]]) -> TaskTrust:
+    """Which of `tasks` (domain -> task ids) a do-nothing or half-done agent passes (episode/task_check.py,
+    under the installed release): evaluated like the others, and left out of the trusted pass^k."""
     from examples.tau2.episode.task_check import Flag, paying_flags
 
-    flags = {domain: paying_flags(domain) for domain in plan.tasks}  # once per domain, not per task
-    return TaskTrust(*({d: frozenset(t for t in ids if t in flags[d][flag]) for d, ids in plan.tasks.items()}
+    flags = {domain: paying_flags(domain) for domain in tasks}  # once per domain, not per task
+    return TaskTrust(*({d: frozenset(t for t in ids if t in flags[d][flag]) for d, ids in tasks.items()}
                        for flag in (Flag.REWARDS_NOTHING, Flag.REWARDS_PARTIAL)))
 
 
@@ -624,7 +625,7 @@ def open_run(plan: EvalPlan) -> tuple[TrialLog, list[TrialRecord]]:
     records = set_aside_changed(plan, log.path, log.load())
     dump_json(plan.output_dir / RUN_FILE, {"settings": plan.settings(),
                                           "sessions": [*(previous or []), plan.session()],
-                                          TRUST_KEY: task_trust(plan).to_json()})
+                                          TRUST_KEY: plan.trust.to_json()})
     if previous is not None:
         scored = {r.key for r in records if r.scored}
         retried = len({r.key for r in records if not r.scored} - scored)

@@ -13,7 +13,7 @@ from typing import Any
 
 from examples.tau2.compat import installed_version
 from examples.tau2.compat.tau2_release import installed_release
-from examples.tau2.eval.metrics import SUCCESS_THRESHOLD, BootstrapConfig
+from examples.tau2.eval.metrics import SUCCESS_THRESHOLD, BootstrapConfig, TaskTrust
 from examples.tau2.tau2_utils import Tau2EnvConfig
 
 TRAINING_ONLY_FIELDS = ("reward_baseline", "drop_uniform_groups")
@@ -51,6 +51,8 @@ class EvalPlan:
     """Trial t uses seed `seed_base + t`: another base draws other episodes of the same policy."""
     inputs: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)
     """domain -> task id -> the key of what its trials depend on (`eval.inputs.task_keys`)."""
+    trust: TaskTrust = dataclasses.field(default_factory=lambda: TaskTrust({}, {}))
+    """Which of the tasks a do-nothing or half-done agent passes (`eval.evaluate.task_trust`)."""
 
     def seed(self, trial: int) -> int:
         return self.seed_base + trial

@@ -318,12 +318,12 @@ def task_splits(domains: Iterable[str], modules: Iterable[str] = ()) -> dict[tup
     return out
 
 
-def task_pays(tasks: Iterable[tuple[str, str]], columns: Sequence[Column]) -> dict[tuple[str, str], str]:
+def task_pays(tasks: Sequence[tuple[str, str]], columns: Sequence[Column]) -> dict[tuple[str, str], str]:
     """(domain, task id) -> "nothing" (a do-nothing agent passes it), "partial" (so does one that skips the
     last write) or "" (it pays only for the job done): as the first evaluation showing the task recorded
     it, else as `tau2_rl.sh check-tasks` finds it under the installed τ² release (the domain modules the
     split look-up loaded). A domain that cannot be checked here has no entry."""
-    from examples.tau2.episode.task_check import Flag, paying_flags
+    from examples.tau2.eval.evaluate import task_trust
 
     out: dict[tuple[str, str], str] = {}
     checked: dict[str, TaskTrust | None] = {}
@@ -332,9 +332,7 @@ def task_pays(tasks: Iterable[tuple[str, str]], columns: Sequence[Column]) -> di
                      None)
         if trust is None and domain not in checked:
             try:
-                flags = paying_flags(domain)
-                checked[domain] = TaskTrust({domain: flags[Flag.REWARDS_NOTHING]},
-                                            {domain: flags[Flag.REWARDS_PARTIAL]})
+                checked[domain] = task_trust({domain: [t for d, t in tasks if d == domain]})
             except Exception as e:  # a domain of a module not loaded here
                 logger.info("no task check for domain %r: %s", domain, e)
                 checked[domain] = None
